@@ -1,0 +1,1 @@
+"""Drafters: each proposes a draft tree for the target to verify."""

@@ -1,0 +1,71 @@
+"""Logits warping shared by every decoding path: temperature, then top-k, then top-p.
+
+The order and the tie rules follow Hugging Face's TemperatureLogitsWarper, TopKLogitsWarper and
+TopPLogitsWarper exactly, so a warped distribution here equals `generate`'s. Speculative
+verification uses the *same* function for p (target) and q (draft): losslessness needs both
+warped identically.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from . import SpecVizError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0 means greedy
+    top_k: int = 0  # 0 means off
+    top_p: float = 1.0  # 1 means off
+
+    def __post_init__(self):
+        t, k, p = self.temperature, self.top_k, self.top_p
+        if not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or math.isinf(t):
+            raise SpecVizError(f"temperature must be a number >= 0 (0 = greedy), got {t!r}.")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+            raise SpecVizError(f"top_k must be a whole number >= 1 (or 0 to switch it off), got {k!r}.")
+        if not isinstance(p, (int, float)) or math.isnan(p) or not (0 < p <= 1):
+            raise SpecVizError(f"top_p must lie in (0, 1], got {p!r}.")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def as_dict(self) -> dict:
+        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
+
+
+def warp_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Warped logits (-inf where removed), over the last dimension, like HF's warpers."""
+    scores = logits.float()
+    if params.temperature not in (0, 1):
+        scores = scores / params.temperature
+    if params.top_k:
+        k = min(params.top_k, scores.shape[-1])
+        kth = torch.topk(scores, k)[0][..., -1, None]
+        scores = scores.masked_fill(scores < kth, -float("inf"))
+    if params.top_p < 1.0:
+        sorted_logits, sorted_idx = torch.sort(scores, descending=False)
+        cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        remove_sorted = cum <= (1 - params.top_p)
+        remove_sorted[..., -1:] = False  # keep at least one token
+        remove = remove_sorted.scatter(-1, sorted_idx, remove_sorted)
+        scores = scores.masked_fill(remove, -float("inf"))
+    return scores
+
+
+def probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The distribution a token is drawn from: warped softmax, or one-hot argmax when greedy."""
+    if params.greedy:
+        out = torch.zeros_like(logits, dtype=torch.float32)
+        return out.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+    return warp_logits(logits, params).softmax(-1)
+
+
+def sample(dist: torch.Tensor, generator: torch.Generator | None = None) -> int:
+    """Draw one token id from a probability vector."""
+    return int(torch.multinomial(dist, 1, generator=generator).item())

@@ -1,0 +1,261 @@
+"""The target runtime: a compact Llama-family forward with a KV cache and tree attention.
+
+In the spirit of gpt-fast: plain tensors, fused q/k/v and gate/up projections, a preallocated
+KV cache, and one `forward` that serves prefill, incremental decoding and draft-tree
+verification alike. A draft tree is scored in *one* pass: its nodes are appended after the
+committed context, each attends to the context plus its own ancestors (the tree mask) at
+position `prefix_len + depth`; afterwards `KVCache.commit` keeps only the accepted path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from . import SpecVizError
+from .config import ModelConfig, rope_inv_freq
+
+
+class KVCache:
+    """Keys and values of all layers, preallocated: [layers, batch, kv_heads, max_len, head_dim].
+
+    `length` counts committed positions. A forward writes its T new entries at
+    [length, length+T) without committing them; `commit(keep)` then moves the kept block
+    entries (indices into that block, in order) to contiguous slots and advances `length`.
+    `key_mask` ([batch, max_len] bool, optional) hides left padding in batched use.
+    """
+
+    def __init__(self, cfg: ModelConfig, max_len: int, batch: int = 1, dtype=torch.float32, device="cpu"):
+        shape = (cfg.n_layers, batch, cfg.n_kv_heads, max_len, cfg.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.max_len = max_len
+        self.length = 0
+        self.pending = 0
+        self.key_mask: torch.Tensor | None = None
+
+    def commit(self, keep=None) -> None:
+        """Keep block entries `keep` (default: all pending) as the next committed positions."""
+        L = self.length
+        if keep is None:
+            n = self.pending
+        else:
+            idx = torch.as_tensor(keep, dtype=torch.long, device=self.k.device)
+            n = int(idx.numel())
+            if n and not torch.equal(idx, torch.arange(n, device=idx.device)):
+                src = idx + L
+                self.k[:, :, :, L : L + n] = self.k[:, :, :, src]
+                self.v[:, :, :, L : L + n] = self.v[:, :, :, src]
+        self.length = L + n
+        self.pending = 0
+
+    def truncate(self, length: int) -> None:
+        """Forget everything after `length` (e.g. to replay a round)."""
+        self.length = min(self.length, length)
+        self.pending = 0
+
+    def clone(self) -> "KVCache":
+        c = KVCache.__new__(KVCache)
+        c.k, c.v = self.k.clone(), self.v.clone()
+        c.max_len, c.length, c.pending = self.max_len, self.length, self.pending
+        c.key_mask = None if self.key_mask is None else self.key_mask.clone()
+        return c
+
+
+@dataclass
+class ForwardOut:
+    logits: torch.Tensor  # [B, T, V] (or [B, 1, V] with last_only)
+    taps: dict = field(default_factory=dict)  # layer index -> input of that layer; "final" -> normed output
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm computed in fp32 exactly as Hugging Face's LlamaRMSNorm does."""
+    dtype = x.dtype
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return w * xf.to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Layer:
+    __slots__ = ("attn_norm", "wqkv", "bqkv", "wo", "mlp_norm", "w13", "w2")
+
+
+class TargetModel:
+    """Weights plus a forward pass. Read-only after construction, so sessions can share it."""
+
+    def __init__(self, cfg: ModelConfig, state: dict, dtype=torch.float32, device="cpu", name: str = "model"):
+        self.cfg, self.dtype, self.device, self.name = cfg, dtype, torch.device(device), name
+
+        def w(key):
+            if key not in state:
+                raise SpecVizError(f"Checkpoint is missing weight {key!r}; is it a {cfg.model_type} model?")
+            return state[key].to(device=device, dtype=dtype).contiguous()
+
+        self.embed = w("embed_tokens.weight")
+        if self.embed.shape != (cfg.vocab_size, cfg.hidden_size):
+            raise SpecVizError(f"Embedding shape {tuple(self.embed.shape)} does not match config.json.")
+        self.lm_head = self.embed if cfg.tie_embeddings or "lm_head.weight" not in state else w("lm_head.weight")
+        self.norm = w("norm.weight")
+        self.layers: list[Layer] = []
+        for i in range(cfg.n_layers):
+            p = f"layers.{i}."
+            L = Layer()
+            L.attn_norm = w(p + "input_layernorm.weight")
+            L.wqkv = torch.cat([w(p + f"self_attn.{n}_proj.weight") for n in "qkv"]).contiguous()
+            L.bqkv = (
+                torch.cat([w(p + f"self_attn.{n}_proj.bias") for n in "qkv"]).contiguous()
+                if cfg.attention_bias
+                else None
+            )
+            L.wo = w(p + "self_attn.o_proj.weight")
+            L.mlp_norm = w(p + "post_attention_layernorm.weight")
+            L.w13 = torch.cat([w(p + "mlp.gate_proj.weight"), w(p + "mlp.up_proj.weight")]).contiguous()
+            L.w2 = w(p + "mlp.down_proj.weight")
+            self.layers.append(L)
+        self.inv_freq = rope_inv_freq(cfg).to(self.device)
+        self.q_dim = cfg.n_heads * cfg.head_dim
+        self.kv_dim = cfg.n_kv_heads * cfg.head_dim
+
+    # ------------------------------------------------------------------ helpers
+    def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
+        return KVCache(self.cfg, max_len, batch, self.dtype, self.device)
+
+    def rope(self, positions: torch.Tensor):
+        """cos/sin for positions [B, T], computed in fp32 like Hugging Face."""
+        freqs = positions[..., None].float() * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(self.dtype)[:, None], emb.sin().to(self.dtype)[:, None]
+
+    def _mask(self, cache: KVCache, B: int, T: int, tree_mask):
+        """Attention mask over [committed context | new block]; None means 'attend to all'."""
+        L = cache.length
+        if tree_mask is None and cache.key_mask is None:
+            if T == 1:
+                return None, False
+            if L == 0:
+                return None, True  # plain causal prefill
+            block = torch.ones(T, T, dtype=torch.bool, device=self.device).tril()
+        else:
+            block = (
+                torch.ones(T, T, dtype=torch.bool, device=self.device).tril()
+                if tree_mask is None
+                else tree_mask.to(self.device, torch.bool)
+            )
+        if block.dim() == 2:
+            block = block[None].expand(B, T, T)
+        if cache.key_mask is not None:
+            prefix = cache.key_mask[:, None, :L].expand(B, T, L)
+        else:
+            prefix = torch.ones(B, T, L, dtype=torch.bool, device=self.device)
+        mask = torch.cat([prefix, block], dim=-1)[:, None]  # [B, 1, T, L+T]
+        return mask, False
+
+    # ------------------------------------------------------------------ forward
+    @torch.inference_mode()
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        cache: KVCache,
+        positions: torch.Tensor | None = None,
+        tree_mask: torch.Tensor | None = None,
+        taps=(),
+        last_only: bool = False,
+        logits_at: torch.Tensor | None = None,
+    ) -> ForwardOut:
+        """Run T new tokens after the committed context.
+
+        tokens [B, T]; positions [B, T] or [T] (default: consecutive after the context);
+        tree_mask [T, T] or [B, T, T] bool, row i = which block tokens token i may see
+        (default causal); taps: layer indices whose *input* to return, plus "final" for the
+        normed last hidden state. The new K/V stay pending until `cache.commit`.
+        """
+        cfg = self.cfg
+        if tokens.dim() == 1:
+            tokens = tokens[None]
+        tokens = tokens.to(self.device)
+        B, T = tokens.shape
+        L = cache.length
+        if L + T > cache.max_len:
+            raise SpecVizError(f"Context too long: {L + T} tokens exceed the cache of {cache.max_len}.")
+        if positions is None:
+            positions = torch.arange(L, L + T, device=self.device)
+        positions = positions.to(self.device)
+        if positions.dim() == 1:
+            positions = positions[None].expand(B, T)
+        cos, sin = self.rope(positions)
+        mask, causal = self._mask(cache, B, T, tree_mask)
+        nh, nkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        out_taps = {}
+        x = F.embedding(tokens, self.embed)
+        for i, layer in enumerate(self.layers):
+            if i in taps:
+                out_taps[i] = x
+            h = rms_norm(x, layer.attn_norm, cfg.rms_eps)
+            qkv = F.linear(h, layer.wqkv, layer.bqkv)
+            q, k, v = qkv.split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
+            q = q.view(B, T, nh, hd).transpose(1, 2)
+            k = k.view(B, T, nkv, hd).transpose(1, 2)
+            v = v.view(B, T, nkv, hd).transpose(1, 2)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            cache.k[i, :, :, L : L + T] = k
+            cache.v[i, :, :, L : L + T] = v
+            keys = cache.k[i, :, :, : L + T]
+            vals = cache.v[i, :, :, : L + T]
+            a = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, is_causal=causal, enable_gqa=nkv != nh)
+            x = x + F.linear(a.transpose(1, 2).reshape(B, T, self.q_dim), layer.wo)
+            h = rms_norm(x, layer.mlp_norm, cfg.rms_eps)
+            gate, up = F.linear(h, layer.w13).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, layer.w2)
+        x = rms_norm(x, self.norm, cfg.rms_eps)
+        if "final" in taps:
+            out_taps["final"] = x
+        if logits_at is not None:
+            x = x[:, logits_at]
+        elif last_only:
+            x = x[:, -1:]
+        cache.pending = T
+        return ForwardOut(logits=F.linear(x, self.lm_head).float(), taps=out_taps)
+
+    __call__ = forward
+
+
+def load_target(spec=None, dtype=torch.float32, device=None, progress=None) -> "Target":
+    """Load a checkpoint (default: SmolLM2) into the runtime together with its tokenizer."""
+    from .loading import load_checkpoint
+    from .tokenizer import ChatTokenizer
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    ck = load_checkpoint(spec, progress=progress)
+    model = TargetModel(ck.config, ck.state_dict, dtype=dtype, device=device, name=ck.name)
+    return Target(model=model, tokenizer=ChatTokenizer(ck.folder), folder=ck.folder)
+
+
+@dataclass
+class Target:
+    """A runtime model with its tokenizer and the folder it came from."""
+
+    model: TargetModel
+    tokenizer: object
+    folder: object
+
+    @property
+    def cfg(self) -> ModelConfig:
+        return self.model.cfg
+
+    @property
+    def eos_ids(self) -> set[int]:
+        ids = set(self.cfg.eos_token_ids)
+        if getattr(self.tokenizer, "eos_token", None):
+            t = self.tokenizer.token_to_id(self.tokenizer.eos_token)
+            if t is not None:
+                ids.add(t)
+        return ids

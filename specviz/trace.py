@@ -1,0 +1,83 @@
+"""Plain records of one speculative round: the only thing the app's pages read.
+
+Everything is built from lists, ints, floats and strings so a trace can be exported as JSON,
+compared byte for byte between sessions, and rendered without touching the engine.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+TopList = list  # list of [token_id, token_text, probability]
+
+
+@dataclass
+class NodeTrace:
+    id: int  # index in the flattened tree; 0 is the root (the last committed token)
+    parent: int  # -1 for the root
+    depth: int  # 0 for the root
+    token: int
+    text: str
+    q: float | None  # draft probability of this token given its parent (warped); None for root
+    p: float | None  # target probability of this token given its parent's path (warped)
+    score: float  # cumulative draft log-probability of the path to this node
+    rank: int  # rank among its siblings (0 = the draft's top choice)
+    position: int  # position id used in the verify pass
+    status: str = "untried"  # root | accepted | rejected | untried
+    next_q_top: TopList = field(default_factory=list)  # draft's top next tokens after this node
+    next_p_top: TopList = field(default_factory=list)  # target's top next tokens after this node
+
+
+@dataclass
+class AcceptStep:
+    depth: int  # depth of the tried node
+    node: int  # tried node id
+    token: int
+    text: str
+    p: float  # target probability of the token under the current (residual) distribution
+    q: float  # draft probability used by the rule
+    ratio: float | None  # p / q (None when q = 0 or greedy)
+    u: float | None  # the uniform draw; None for greedy
+    accepted: bool
+    residual_top: TopList = field(default_factory=list)  # target residual after a rejection
+
+
+@dataclass
+class RoundTrace:
+    round_index: int
+    method: str
+    rule: str  # greedy | chain | tree-deterministic | tree-sampled
+    sampling: dict
+    prefix_len: int
+    nodes: list[NodeTrace]
+    tree_mask: list[list[int]]  # N x N, 1 where row node may attend to column node
+    position_ids: list[int]
+    steps: list[AcceptStep]
+    accepted_nodes: list[int]  # node ids of the accepted path, root excluded
+    extra_token: int  # the token the target adds: bonus or correction
+    extra_text: str
+    extra_source: str  # bonus | resampled | greedy-correction | vanilla
+    extra_top: TopList  # top of the distribution the extra token came from
+    committed: list[int]  # tokens appended this round (accepted drafts + extra)
+    committed_text: list[str]
+    draft_time_s: float
+    verify_time_s: float
+    total_time_s: float
+    finished: bool = False
+    rng_state_before: list[int] | None = None  # replay: generator state at round start
+
+    @property
+    def accept_length(self) -> int:
+        """Tokens this round added (accepted drafts + 1): the per-round tau."""
+        return len(self.committed)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RoundTrace":
+        d = dict(d)
+        d["nodes"] = [NodeTrace(**n) for n in d["nodes"]]
+        d["steps"] = [AcceptStep(**s) for s in d["steps"]]
+        return cls(**d)

@@ -1,0 +1,233 @@
+"""The draft tree: what a drafter proposes and the target verifies in one pass.
+
+Node 0 is the root: the last committed token, not yet seen by the target. Every other node is
+a drafted token whose parent comes earlier in the list (topological order), so the flattened
+tree can be fed to the target as one block. A chain is the tree with one child per node.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+# EAGLE-1's static tree (25 nodes + root, depth 5) as root-relative child-rank paths.
+EAGLE1_TREE: list[list[int]] = [
+    [0], [1], [2], [3], [0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [2, 0], [2, 1], [3, 0],
+    [0, 0, 0], [0, 0, 1], [0, 0, 2], [0, 1, 0], [0, 1, 1], [0, 2, 0], [0, 2, 1], [1, 0, 0],
+    [0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 0, 0], [0, 0, 0, 0, 1],
+]  # fmt: skip
+
+
+@dataclass
+class DraftTree:
+    tokens: list[int]  # token id per node; tokens[0] is the root
+    parents: list[int]  # parent index per node; -1 for the root
+    q: list[float]  # draft probability of each node's token given its parent (root: 1.0)
+    sampled: bool = False  # True when children were *drawn* from q (SpS/SpecInfer), else chosen
+    # warped draft distribution over the vocabulary *after* each node (for its children), where
+    # known. Needed for the sampled rule (min(1, p/q) and residual max(p - q, 0)) and for display.
+    dists: dict[int, torch.Tensor] = field(default_factory=dict)
+    scores: list[float] | None = None  # cumulative log q along the path (default: from q)
+
+    def __post_init__(self):
+        n = len(self.tokens)
+        if not (len(self.parents) == len(self.q) == n) or n == 0 or self.parents[0] != -1:
+            raise ValueError("tree needs matching tokens/parents/q and a root at index 0")
+        for i in range(1, n):
+            if not 0 <= self.parents[i] < i:
+                raise ValueError(f"node {i}: parent {self.parents[i]} must precede it")
+        if self.scores is None:
+            s = [0.0] * n
+            for i in range(1, n):
+                s[i] = s[self.parents[i]] + math.log(max(self.q[i], 1e-30))
+            self.scores = s
+
+    # -------------------------------------------------------------- structure
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def depths(self) -> list[int]:
+        d = [0] * len(self)
+        for i in range(1, len(self)):
+            d[i] = d[self.parents[i]] + 1
+        return d
+
+    def children(self, i: int) -> list[int]:
+        """Children of node i in draft-rank order (the order they were added)."""
+        return [j for j in range(i + 1, len(self)) if self.parents[j] == i]
+
+    @property
+    def ranks(self) -> list[int]:
+        r = [0] * len(self)
+        seen: dict[int, int] = {}
+        for i in range(1, len(self)):
+            r[i] = seen.get(self.parents[i], 0)
+            seen[self.parents[i]] = r[i] + 1
+        return r
+
+    def path(self, i: int) -> list[int]:
+        """Node ids from the root to i, inclusive."""
+        out = []
+        while i != -1:
+            out.append(i)
+            i = self.parents[i]
+        return out[::-1]
+
+    def leaves(self) -> list[int]:
+        has_child = set(self.parents[1:])
+        return [i for i in range(len(self)) if i not in has_child]
+
+    def root_to_leaf_paths(self) -> list[list[int]]:
+        return [self.path(leaf) for leaf in self.leaves()]
+
+    def attention_mask(self) -> torch.Tensor:
+        """[N, N] bool: node i may attend to node j iff j is i or one of its ancestors."""
+        n = len(self)
+        m = torch.zeros(n, n, dtype=torch.bool)
+        for i in range(n):
+            m[i, i] = True
+            p = self.parents[i]
+            if p >= 0:
+                m[i] |= m[p]
+        return m
+
+    def position_ids(self, prefix_len: int) -> torch.Tensor:
+        """Position of each node: committed context length + depth."""
+        return torch.tensor(self.depths, dtype=torch.long) + prefix_len
+
+    @property
+    def max_depth(self) -> int:
+        return max(self.depths)
+
+    # -------------------------------------------------------------- construction
+    @classmethod
+    def chain(cls, root: int, tokens, q=None, dists=None, sampled=False) -> "DraftTree":
+        tokens = [int(t) for t in tokens]
+        q = [1.0] * len(tokens) if q is None else [float(x) for x in q]
+        return cls(
+            tokens=[int(root)] + tokens,
+            parents=[-1] + list(range(len(tokens))),
+            q=[1.0] + q,
+            sampled=sampled,
+            dists=dict(dists or {}),
+        )
+
+
+def static_tree_shape(rank_paths: list[list[int]]) -> list[tuple[int, int]]:
+    """(parent index, child rank) per non-root node, ordered by depth then path, from rank paths.
+
+    The result says: node k+1 is the `rank`-th most likely child of node `parent`.
+    """
+    paths = sorted((tuple(p) for p in rank_paths), key=lambda p: (len(p), p))
+    index = {(): 0}
+    shape = []
+    for p in paths:
+        if p[:-1] not in index:
+            raise ValueError(f"rank path {list(p)} has no parent path in the tree")
+        index[p] = len(index)
+        shape.append((index[p[:-1]], p[-1]))
+    return shape
+
+
+def build_static_tree(root: int, rank_paths, expand) -> DraftTree:
+    """Grow a static tree level by level.
+
+    `expand(tree_so_far, node_ids)` returns the warped draft distributions [len(node_ids), V]
+    after those nodes (one batched drafter call per level); children take the ranked tokens.
+    """
+    shape = static_tree_shape(rank_paths)
+    tree = DraftTree(tokens=[int(root)], parents=[-1], q=[1.0])
+    depth = [0]
+    for parent, _ in shape:
+        depth.append(depth[parent] + 1)
+    for level in range(max(depth)):
+        now = [(k, p, r) for k, (p, r) in enumerate(shape, start=1) if depth[k] == level + 1]
+        parents = sorted({p for _, p, _ in now})
+        dists = expand(tree, parents)
+        for row, p in enumerate(parents):
+            tree.dists[p] = dists[row]
+        for k, p, rank in now:  # k == len(tree): shape is ordered by depth
+            top = torch.topk(tree.dists[p], rank + 1)
+            tree = _append(tree, p, int(top.indices[rank]), float(top.values[rank]))
+    return tree
+
+
+def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: int) -> DraftTree:
+    """EAGLE-2's dynamic tree.
+
+    Each step expands the top_k frontier nodes; every child is scored by its cumulative
+    log-probability; the best top_k children form the next frontier, but all candidates are
+    remembered. After `depth` steps the best `total_tokens - 1` candidates are kept (a node's
+    score never exceeds its parent's, so parents always survive with their children).
+    `expand(tree, node_ids)` returns warped draft distributions [len(node_ids), V].
+    """
+    # candidates: (score, parent candidate id, token, q); candidate 0 is the root
+    cand = [(0.0, -1, int(root), 1.0)]
+    cand_dist: dict[int, torch.Tensor] = {}
+    tree = DraftTree(tokens=[int(root)], parents=[-1], q=[1.0])
+    tree_of_cand = {0: 0}  # candidate id -> node index in the growing expansion tree
+    frontier = [0]
+    for _ in range(depth):
+        nodes = [tree_of_cand[c] for c in frontier]
+        dists = expand(tree, nodes)
+        scored = []
+        for row, c in enumerate(frontier):
+            cand_dist[c] = dists[row]
+            top = torch.topk(dists[row], top_k)
+            for prob, tok in zip(top.values.tolist(), top.indices.tolist()):
+                if prob <= 0:
+                    continue
+                scored.append((cand[c][0] + math.log(prob), c, int(tok), float(prob)))
+        if not scored:
+            break
+        new_ids = []
+        for s in scored:
+            cand.append(s)
+            new_ids.append(len(cand) - 1)
+        best = heapq.nlargest(top_k, new_ids, key=lambda i: cand[i][0])
+        # the expansion tree holds only nodes we may expand further (the drafter runs on it)
+        for cid in sorted(best):
+            tree = _append(tree, tree_of_cand[cand[cid][1]], cand[cid][2], cand[cid][3])
+            tree_of_cand[cid] = len(tree) - 1
+        frontier = sorted(best)
+    keep = heapq.nlargest(total_tokens - 1, range(1, len(cand)), key=lambda i: (cand[i][0], -i))
+    keep = _close_under_parents(sorted(keep), cand)
+    # order by depth then score so parents come first and siblings are in rank order
+    depth_of = {0: 0}
+    for i in sorted(keep):
+        depth_of[i] = depth_of[cand[i][1]] + 1
+    order = sorted(keep, key=lambda i: (depth_of[i], cand[i][1], -cand[i][3], i))
+    out = DraftTree(tokens=[int(root)], parents=[-1], q=[1.0])
+    out.scores = [0.0]
+    node_of = {0: 0}
+    for i in order:
+        out.tokens.append(cand[i][2])
+        out.parents.append(node_of[cand[i][1]])
+        out.q.append(cand[i][3])
+        out.scores.append(cand[i][0])
+        node_of[i] = len(out.tokens) - 1
+    out.dists = {node_of[c]: d for c, d in cand_dist.items() if c in node_of}
+    return out
+
+
+def _close_under_parents(keep: list[int], cand) -> list[int]:
+    """Ties in scores could drop a parent; add any missing ancestor."""
+    ks = set(keep)
+    for i in list(keep):
+        p = cand[i][1]
+        while p > 0 and p not in ks:
+            ks.add(p)
+            p = cand[p][1]
+    return sorted(ks)
+
+
+def _append(tree: DraftTree, parent: int, token: int, q: float) -> DraftTree:
+    tree.tokens.append(int(token))
+    tree.parents.append(int(parent))
+    tree.q.append(float(q))
+    tree.scores.append(tree.scores[parent] + math.log(max(q, 1e-30)))
+    return tree
