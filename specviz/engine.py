@@ -1,0 +1,309 @@
+"""The decode loop: draft a tree, verify it in one target pass, accept, repeat.
+
+`SpeculativeDecoder.step()` runs one round and returns a `RoundTrace`; `generate()` loops
+rounds to EOS or the token budget. The prompt's last token is the first round's root, so every
+generated token comes out of a speculative round (vanilla is the tree with only a root).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from . import SpecVizError
+from .drafters.base import Drafter, NoDraft
+from .sampling import SamplingParams, probs, sample
+from .trace import AcceptStep, NodeTrace, RoundTrace
+from .tree import DraftTree
+
+TOP_N = 8  # entries kept in each top list of a trace
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[int]
+    text: str
+    traces: list[RoundTrace] = field(default_factory=list)
+    rounds: int = 0
+    seconds: float = 0.0
+    prefill_seconds: float = 0.0
+
+    @property
+    def tau(self) -> float:
+        """Mean tokens per target pass (the bonus token counts), as in the EAGLE papers."""
+        return len(self.tokens) / self.rounds if self.rounds else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / self.seconds if self.seconds > 0 else 0.0
+
+
+class SpeculativeDecoder:
+    """One sequence's decoding state: target KV cache, drafter state, RNG, produced tokens.
+
+    The target and drafter weights are shared read-only; everything mutable lives here, so
+    each user session owns one decoder.
+    """
+
+    def __init__(
+        self,
+        target,
+        drafter: Drafter | None = None,
+        params: SamplingParams = SamplingParams(),
+        seed: int = 0,
+        max_len: int | None = None,
+        variant: str = "correct",
+        detail: bool = True,
+    ):
+        self.target, self.model, self.tok = target, target.model, target.tokenizer
+        self.drafter = drafter or NoDraft()
+        self.params, self.seed, self.variant, self.detail = params, int(seed), variant, detail
+        self.max_len = min(max_len or 4096, self.model.cfg.max_position)
+        self.eos = target.eos_ids
+        self.cache = None
+
+    # ------------------------------------------------------------------ set-up
+    def prompt_ids(self, prompt, chat: bool = True) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise SpecVizError("The prompt is empty: type something for the model to answer.")
+            return self.tok.chat_ids(prompt) if chat else self.tok.encode(prompt)
+        ids = [int(t) for t in prompt]
+        if not ids:
+            raise SpecVizError("The prompt is empty.")
+        return ids
+
+    def start(self, prompt, max_new_tokens: int = 128, chat: bool = True) -> None:
+        """Tokenise, prefill all but the last prompt token, and reset the drafter."""
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise SpecVizError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}.")
+        ids = self.prompt_ids(prompt, chat)
+        if len(ids) + max_new_tokens + 1 > self.max_len:
+            raise SpecVizError(
+                f"Prompt ({len(ids)} tokens) plus {max_new_tokens} new tokens exceeds the context "
+                f"limit of {self.max_len} tokens: shorten the prompt or ask for fewer tokens."
+            )
+        self.prompt = ids
+        self.max_new_tokens = max_new_tokens
+        self.generator = torch.Generator().manual_seed(self.seed)
+        self.cache = self.model.new_cache(len(ids) + max_new_tokens + 64)
+        t0 = time.perf_counter()
+        ctx = ids[:-1]
+        taps = {}
+        if ctx:
+            out = self.model.forward(torch.tensor([ctx]), self.cache, taps=self.drafter.taps, last_only=True)
+            self.cache.commit()
+            taps = {k: v[0] for k, v in out.taps.items()}
+        self.drafter.reset(list(ctx), taps)
+        self.prefill_seconds = time.perf_counter() - t0
+        self.context = list(ctx)  # tokens the target has processed
+        self.root = ids[-1]
+        self.generated: list[int] = []
+        self.traces: list[RoundTrace] = []
+        self.done = False
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot(self) -> dict:
+        """Everything needed to replay from here: a round's draws repeat exactly."""
+        return {
+            "length": self.cache.length,
+            "context": list(self.context),
+            "root": self.root,
+            "generated": list(self.generated),
+            "n_traces": len(self.traces),
+            "rng": self.generator.get_state(),
+            "drafter": self.drafter.snapshot() if hasattr(self.drafter, "snapshot") else None,
+            "done": self.done,
+        }
+
+    def restore(self, snap: dict) -> None:
+        self.cache.truncate(snap["length"])
+        self.context, self.root = list(snap["context"]), snap["root"]
+        self.generated = list(snap["generated"])
+        self.traces = self.traces[: snap["n_traces"]]
+        self.generator.set_state(snap["rng"])
+        if hasattr(self.drafter, "restore"):
+            self.drafter.restore(snap["drafter"])
+        self.done = snap["done"]
+
+    # ------------------------------------------------------------------ one round
+    def step(self) -> RoundTrace:
+        if self.cache is None:
+            raise SpecVizError("Call start(prompt) before step().")
+        if self.done:
+            raise SpecVizError("Generation has finished: start again for more.")
+        t_start = time.perf_counter()
+        rng_state = self.generator.get_state()
+        tree = self.drafter.propose(self.context, self.root, self.params, self.generator)
+        tree = _prune(tree, self.max_new_tokens - len(self.generated) - 1)
+        t_draft = time.perf_counter()
+
+        L = self.cache.length
+        n = len(tree)
+        mask = None if n == 1 else tree.attention_mask()
+        out = self.model.forward(
+            torch.tensor([tree.tokens]), self.cache, positions=tree.position_ids(L), tree_mask=mask, taps=self.drafter.taps
+        )
+        logits = out.logits[0]
+        p = probs(logits, self.params)
+        p_raw = logits.softmax(-1) if self.variant != "correct" else None
+        if n == 1:  # vanilla: nothing to verify, just draw the next token
+            res = _VanillaResult(p[0], self.params, self.generator)
+        else:
+            from .verify import verify
+
+            res = verify(tree, p, self.params, self.generator, p_raw=p_raw, variant=self.variant)
+        keep = [0] + list(res.accepted)
+        self.cache.commit(keep)
+        processed = [tree.tokens[i] for i in keep]
+        self.drafter.commit(processed, {k: v[0, keep] for k, v in out.taps.items()})
+        t_verify = time.perf_counter()
+
+        committed = [tree.tokens[i] for i in res.accepted] + [res.extra_token]
+        for j, t in enumerate(committed):
+            if t in self.eos:
+                committed = committed[: j + 1]
+                self.done = True
+                break
+        self.context.extend(processed)
+        self.root = res.extra_token
+        self.generated.extend(committed)
+        if len(self.generated) >= self.max_new_tokens:
+            self.done = True
+        trace = self._trace(tree, L, p, res, committed, t_start, t_draft, t_verify, rng_state)
+        self.traces.append(trace)
+        return trace
+
+    def generate(self, prompt=None, max_new_tokens: int = 128, chat: bool = True, progress=None) -> GenerationResult:
+        """Run rounds until EOS or the budget; `progress(n_tokens, budget)` is called per round."""
+        if prompt is not None:
+            self.start(prompt, max_new_tokens, chat)
+        t0 = time.perf_counter()
+        while not self.done:
+            self.step()
+            if progress:
+                progress(len(self.generated), self.max_new_tokens)
+        return GenerationResult(
+            tokens=list(self.generated),
+            text=self.tok.decode(self.generated, skip_special_tokens=True),
+            traces=list(self.traces),
+            rounds=len(self.traces),
+            seconds=time.perf_counter() - t0,
+            prefill_seconds=self.prefill_seconds,
+        )
+
+    # ------------------------------------------------------------------ tracing
+    def _top(self, dist: torch.Tensor | None) -> list:
+        if dist is None or not self.detail:
+            return []
+        v, i = torch.topk(dist.float(), min(TOP_N, dist.numel()))
+        return [[int(t), self.tok.token_text(t), float(x)] for t, x in zip(i.tolist(), v.tolist()) if x > 0]
+
+    def _trace(self, tree: DraftTree, L, p, res, committed, t_start, t_draft, t_verify, rng_state) -> RoundTrace:
+        text = self.tok.token_text if self.detail else (lambda t: "")
+        accepted = set(res.accepted)
+        tried = {s["node"]: s for s in res.steps}
+        depths, ranks = tree.depths, tree.ranks
+        nodes = []
+        for i in range(len(tree)):
+            par = tree.parents[i]
+            status = "root" if i == 0 else "accepted" if i in accepted else "rejected" if i in tried else "untried"
+            nodes.append(
+                NodeTrace(
+                    id=i,
+                    parent=par,
+                    depth=depths[i],
+                    token=tree.tokens[i],
+                    text=text(tree.tokens[i]),
+                    q=None if i == 0 else float(tree.q[i]),
+                    p=None if i == 0 else float(p[par, tree.tokens[i]]),
+                    score=float(tree.scores[i]),
+                    rank=ranks[i],
+                    position=L + depths[i],
+                    status=status,
+                    next_q_top=self._top(tree.dists.get(i)),
+                    next_p_top=self._top(p[i]) if self.detail else [],
+                )
+            )
+        steps = [
+            AcceptStep(
+                depth=depths[s["node"]],
+                node=s["node"],
+                token=s["token"],
+                text=text(s["token"]),
+                p=float(s["p"]),
+                q=float(s["q"]),
+                ratio=None if s.get("ratio") is None else float(s["ratio"]),
+                u=None if s.get("u") is None else float(s["u"]),
+                accepted=bool(s["accepted"]),
+                residual_top=self._top(s.get("residual")),
+            )
+            for s in res.steps
+        ]
+        mask = tree.attention_mask().int().tolist() if self.detail else []
+        source = res.extra_source
+        return RoundTrace(
+            round_index=len(self.traces),
+            method=self.drafter.name,
+            rule=_rule_name(tree, self.params),
+            sampling=self.params.as_dict(),
+            prefix_len=L,
+            nodes=nodes,
+            tree_mask=mask,
+            position_ids=tree.position_ids(L).tolist(),
+            steps=steps,
+            accepted_nodes=list(res.accepted),
+            extra_token=int(res.extra_token),
+            extra_text=text(res.extra_token),
+            extra_source=source,
+            extra_top=self._top(res.extra_dist),
+            committed=list(committed),
+            committed_text=[text(t) for t in committed],
+            draft_time_s=t_draft - t_start,
+            verify_time_s=t_verify - t_draft,
+            total_time_s=time.perf_counter() - t_start,
+            finished=self.done,
+            rng_state_before=rng_state.tolist() if self.detail else None,
+        )
+
+
+class _VanillaResult:
+    """What `verify` would return for a root-only tree, without the walk."""
+
+    def __init__(self, dist, params, generator):
+        self.accepted, self.steps, self.extra_dist = [], [], dist
+        self.extra_token = int(dist.argmax()) if params.greedy else sample(dist, generator)
+        self.extra_source = "vanilla"
+
+
+def _rule_name(tree: DraftTree, params: SamplingParams) -> str:
+    if params.greedy:
+        return "greedy"
+    branching = any(len(tree.children(i)) > 1 for i in range(len(tree)))
+    if tree.sampled:
+        return "tree-sampled" if branching else "chain"
+    return "tree-deterministic"
+
+
+def _prune(tree: DraftTree, max_depth: int) -> DraftTree:
+    """Drop nodes deeper than the remaining token budget allows (they could never count)."""
+    depths = tree.depths
+    if max(depths) <= max_depth:
+        return tree
+    keep = [i for i in range(len(tree)) if depths[i] <= max(max_depth, 0)]
+    new = {old: k for k, old in enumerate(keep)}
+    return DraftTree(
+        tokens=[tree.tokens[i] for i in keep],
+        parents=[-1] + [new[tree.parents[i]] for i in keep[1:]],
+        q=[tree.q[i] for i in keep],
+        sampled=tree.sampled,
+        dists={new[i]: d for i, d in tree.dists.items() if i in new},
+        scores=[tree.scores[i] for i in keep],
+    )
+
+
+def vanilla_generate(target, prompt, max_new_tokens=128, params=SamplingParams(), seed=0, chat=True) -> GenerationResult:
+    """Plain autoregressive decoding on our runtime: the baseline every method must match."""
+    return SpeculativeDecoder(target, NoDraft(), params, seed=seed, detail=False).generate(prompt, max_new_tokens, chat)
