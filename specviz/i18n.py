@@ -1,0 +1,321 @@
+"""English and Simplified Chinese strings for the app and its figures.
+
+`t(key, lang, **fmt)` looks a string up (falling back to English, then to the key itself) and
+fills `{placeholders}`. Every key must exist in both languages (tests check it).
+"""
+
+from __future__ import annotations
+
+LANGS = {"en": "English", "zh": "简体中文"}
+
+S: dict[str, tuple[str, str]] = {
+    # ---- app / navigation
+    "app.title": ("SpecViz", "SpecViz"),
+    "nav.home": ("Home", "首页"),
+    "nav.decode": ("Decode round", "解码轮次"),
+    "nav.compare": ("Compare EAGLE-1/2/3", "比较 EAGLE-1/2/3"),
+    "nav.lossless": ("Losslessness", "无损性"),
+    "nav.free": ("Why it is free", "为什么几乎免费"),
+    "nav.rule": ("The acceptance rule", "接受规则"),
+    # ---- sidebar
+    "sb.language": ("Language / 语言", "Language / 语言"),
+    "sb.model": ("Model", "模型"),
+    "sb.model_default": ("SmolLM2-135M-Instruct (default)", "SmolLM2-135M-Instruct（默认）"),
+    "sb.dtype": ("Precision", "精度"),
+    "sb.dtype_help": (
+        "fp32 matches Hugging Face exactly; bf16 is about twice as fast on this CPU, but a speculative run may then differ from vanilla at near-ties.",
+        "fp32 与 Hugging Face 完全一致；bf16 在本 CPU 上约快一倍，但在概率几乎相同的位置，推测解码的结果可能与普通解码不同。",
+    ),
+    "sb.method": ("Method", "方法"),
+    "sb.sampling": ("Sampling", "采样"),
+    "sb.temperature": ("Temperature (0 = greedy)", "温度（0 = 贪心）"),
+    "sb.top_k": ("Top-k (0 = off)", "Top-k（0 = 关闭）"),
+    "sb.top_p": ("Top-p (1 = off)", "Top-p（1 = 关闭）"),
+    "sb.tree": ("Draft settings", "草稿设置"),
+    "sb.depth": ("Tree depth", "树深度"),
+    "sb.tree_topk": ("Children per node (top_k)", "每个节点的子节点数（top_k）"),
+    "sb.total_tokens": ("Tree size (total_tokens)", "树大小（total_tokens）"),
+    "sb.pld_ngram": ("PLD: longest n-gram to match", "PLD：最长匹配 n-gram"),
+    "sb.pld_tokens": ("PLD: tokens to copy", "PLD：复制的 token 数"),
+    "sb.seed": ("Seed", "随机种子"),
+    "sb.max_new": ("New tokens", "新生成 token 数"),
+    "sb.unavailable": ("not available: {note}", "不可用：{note}"),
+    "sb.model_error": ("The model could not be loaded: {err}", "模型无法加载：{err}"),
+    # ---- methods and availability notes
+    "m.vanilla": ("Vanilla (no draft)", "普通解码（无草稿）"),
+    "m.pld": ("PLD (prompt lookup)", "PLD（提示查找）"),
+    "m.sps": ("SpS (small draft model)", "SpS（小草稿模型）"),
+    "m.medusa": ("Medusa", "Medusa"),
+    "m.eagle1": ("EAGLE-1", "EAGLE-1"),
+    "m.eagle2": ("EAGLE-2", "EAGLE-2"),
+    "m.eagle3": ("EAGLE-3", "EAGLE-3"),
+    "note.head_missing": ("head not trained yet", "草稿头尚未训练"),
+    "note.verify_missing": ("verification module not in this build yet", "此版本尚无验证模块"),
+    "note.drafter_missing": ("drafter not in this build yet", "此版本尚无该草稿器"),
+    "note.unavailable_method": (
+        "{method} is not available yet ({note}). Pick another method in the sidebar.",
+        "{method} 目前不可用（{note}）。请在侧边栏选择其他方法。",
+    ),
+    # ---- common
+    "c.prompt": ("Prompt", "提示词"),
+    "c.examples": ("Example prompts", "示例提示词"),
+    "c.generate": ("Generate", "生成"),
+    "c.tau": ("tau (tokens per target pass)", "tau（每次目标前向的 token 数）"),
+    "c.tokens_per_s": ("tokens/s", "token/秒"),
+    "c.speedup": ("speedup vs vanilla", "相对普通解码的加速"),
+    "c.vanilla_tps": ("vanilla tokens/s", "普通解码 token/秒"),
+    "c.rounds": ("rounds", "轮数"),
+    "c.error": ("Error: {err}", "错误：{err}"),
+    "c.download_json": ("Download round as JSON", "下载本轮 JSON"),
+    "c.download_html": ("Download figure as HTML", "下载图表 HTML"),
+    "c.measured_note": (
+        "Measured just now on this machine ({device}); timings vary with load.",
+        "刚刚在本机（{device}）上测得；计时随负载而变化。",
+    ),
+    "c.empty_prompt": ("The prompt is empty: type something for the model to answer.", "提示词为空：请输入要让模型回答的内容。"),
+    "c.stop_hint": ("Long runs show progress; press Stop (top right) to cancel.", "长时间运行会显示进度；点击右上角“Stop”可取消。"),
+    # ---- home
+    "home.title": ("Speculative decoding, step by step", "推测解码，一步一步看"),
+    "home.idea": (
+        "A large model writes one token per forward pass, and each pass mostly waits for its weights to arrive from memory. "
+        "Speculative decoding lets a cheap **drafter** guess several next tokens (a chain or a tree), then the **target** model "
+        "checks all of them **in one pass**. Every guess it agrees with is kept for free; at the first disagreement the target "
+        "**corrects** it with a token drawn from exactly the right distribution, so the output is the same as if the target had "
+        "written alone, only faster. Everything on these pages is computed live by a real engine on the real model.",
+        "大模型每次前向只写出一个 token，而每次前向大部分时间都在等待权重从内存读入。推测解码让一个廉价的**草稿器**先猜出后续几个 token（一条链或一棵树），"
+        "再由**目标模型****一次前向**同时检查所有猜测。凡是目标模型认可的猜测都被免费保留；在第一个分歧处，目标模型用一个从完全正确的分布中抽取的 token 进行**纠正**，"
+        "因此输出与目标模型单独生成时完全相同，只是更快。本应用中的一切都由真实引擎在真实模型上实时计算。",
+    ),
+    "home.result": ("Result", "结果"),
+    "home.legend": ("Colours: how each token was produced", "颜色：每个 token 的产生方式"),
+    "home.vanilla_same": ("Output identical to vanilla: {same}", "与普通解码输出相同：{same}"),
+    "home.differs_note": (
+        "With sampling, speculative and vanilla runs use the random generator differently, so texts differ; the distribution is the same (see Losslessness).",
+        "在采样模式下，推测解码与普通解码使用随机数的方式不同，因此文本会不同；但分布相同（见“无损性”页）。",
+    ),
+    "home.running": ("Running {method}…", "正在运行 {method}……"),
+    "home.running_vanilla": ("Running vanilla for the speedup…", "正在运行普通解码以计算加速比……"),
+    "home.yes": ("yes", "是"),
+    "home.no": ("no", "否"),
+    "home.greedy_diff": (
+        "Greedy outputs differ from vanilla. In fp32 this should not happen; in bf16 it can at near-ties.",
+        "贪心输出与普通解码不同。fp32 下不应发生；bf16 下在概率接近的位置可能发生。",
+    ),
+    # ---- decode page
+    "dec.title": ("One decode round at a time", "逐轮解码"),
+    "dec.intro": (
+        "Start a sequence, then step round by round. Each round has three stages: the drafter proposes a tree, the target scores the whole tree in one pass (the attention mask keeps branches apart), and the acceptance rule walks the tree.",
+        "开始一个序列，然后逐轮前进。每一轮分三个阶段：草稿器提出一棵树；目标模型一次前向为整棵树打分（注意力掩码让各分支互不干扰）；接受规则沿树逐个检验。",
+    ),
+    "dec.start": ("Start / reset", "开始 / 重置"),
+    "dec.next": ("Next round", "下一轮"),
+    "dec.replay": ("Replay this round", "重放本轮"),
+    "dec.finished": ("Generation finished (end of text or token budget).", "生成已结束（遇到结束符或达到 token 上限）。"),
+    "dec.not_started": ("Press Start to tokenise the prompt and prefill the target.", "点击“开始”对提示词分词并预填充目标模型。"),
+    "dec.round": ("Round {i} of {n}", "第 {i} 轮 / 共 {n} 轮"),
+    "dec.pick_round": ("Show round", "显示轮次"),
+    "dec.stage": ("Stage", "阶段"),
+    "dec.stage_draft": ("1 · Draft", "1 · 起草"),
+    "dec.stage_verify": ("2 · Verify", "2 · 验证"),
+    "dec.stage_accept": ("3 · Accept or correct", "3 · 接受或纠正"),
+    "dec.grow": ("Tree level shown", "显示到第几层"),
+    "dec.draft_text": (
+        "The drafter proposed {n} tokens in {ms:.1f} ms (depth {d}). Node colour = drafted; hover a node for its draft probability q and score.",
+        "草稿器用 {ms:.1f} 毫秒提出了 {n} 个 token（深度 {d}）。悬停节点可查看草稿概率 q 与得分。",
+    ),
+    "dec.no_draft": ("This method drafts nothing this round: the tree is the root alone, and the target simply samples one token.", "该方法本轮没有草稿：树只有根节点，目标模型只采样一个 token。"),
+    "dec.verify_text": (
+        "The target ran once over {n} tokens (prefix {L} committed tokens) in {ms:.1f} ms. Each row of the mask shows what that token may attend to: the committed context plus its own ancestors. Position ids = prefix + depth.",
+        "目标模型对 {n} 个 token 只做了一次前向（已提交前缀 {L} 个 token），耗时 {ms:.1f} 毫秒。掩码的每一行表示该 token 能看到的内容：已提交的上下文以及它自己的祖先。位置编号 = 前缀长度 + 深度。",
+    ),
+    "dec.accept_text": (
+        "Rule: {rule}. Accepted {a} draft token(s), then the target added “{tok}” ({src}). This round committed {c} token(s).",
+        "规则：{rule}。接受了 {a} 个草稿 token，随后目标模型加入“{tok}”（{src}）。本轮共提交 {c} 个 token。",
+    ),
+    "dec.click": ("Click a node (or box-select) to see its p-vs-q bars and highlight its ancestors in the mask.", "点击节点（或框选）可查看其 p 与 q 的对比，并在掩码中高亮其祖先。"),
+    "dec.selected": ("Selected node {id}", "已选节点 {id}"),
+    "dec.text_so_far": ("Text so far (coloured by round)", "目前的文本（按轮次着色）"),
+    "dec.timing": ("draft {d:.1f} ms · verify {v:.1f} ms · round {tt:.1f} ms", "起草 {d:.1f} 毫秒 · 验证 {v:.1f} 毫秒 · 本轮 {tt:.1f} 毫秒"),
+    "dec.replayed": ("Replayed round {i}: identical trace: {same}", "重放第 {i} 轮：轨迹完全一致：{same}"),
+    "dec.link": ("Share this round", "分享本轮"),
+    "dec.link_help": ("The address bar now holds prompt, method, seed and round: copy it to reopen exactly this round.", "地址栏已包含提示词、方法、种子和轮次：复制它即可重新打开这一轮。"),
+    "dec.no_steps": ("No draft tokens were tried this round (vanilla or empty draft).", "本轮没有检验草稿 token（普通解码或草稿为空）。"),
+    "rule.greedy": ("greedy: accept while the draft equals the target's argmax", "贪心：草稿等于目标模型 argmax 时接受"),
+    "rule.chain": ("chain rule: accept x with probability min(1, p/q); on rejection draw from norm(max(p−q, 0))", "链式规则：以 min(1, p/q) 的概率接受 x；拒绝时从 norm(max(p−q, 0)) 采样"),
+    "rule.tree-deterministic": ("tree rule (deterministic children): accept x with probability p(x) of the current residual; on rejection zero it and renormalise", "树规则（确定性子节点）：以当前残差分布中 p(x) 的概率接受 x；拒绝时将其置零并重新归一化"),
+    "rule.tree-sampled": ("tree rule (sampled children): min(1, p/q) with residual updates", "树规则（采样子节点）：min(1, p/q) 并更新残差"),
+    # ---- figures
+    "tree.root_hover": ("root: the last committed token", "根：最后提交的 token"),
+    "tree.position": ("position", "位置"),
+    "tree.score": ("score", "得分"),
+    "tree.rank": ("rank", "排名"),
+    "tree.depth": ("depth", "深度"),
+    "tree.from_dist": ("drawn from", "采样自"),
+    "status.root": ("root", "根"),
+    "status.accepted": ("accepted", "接受"),
+    "status.rejected": ("rejected", "拒绝"),
+    "status.untried": ("not tried", "未检验"),
+    "status.drafted": ("drafted", "已起草"),
+    "source.accepted": ("accepted draft", "接受的草稿"),
+    "source.bonus": ("bonus token", "奖励 token"),
+    "source.resampled": ("resampled correction", "重采样纠正"),
+    "source.greedy-correction": ("greedy correction", "贪心纠正"),
+    "source.vanilla": ("target sample (no draft)", "目标采样（无草稿）"),
+    "mask.row": ("token", "token"),
+    "mask.col": ("attends to", "关注"),
+    "mask.sees": ("visible", "可见"),
+    "mask.hidden": ("masked", "屏蔽"),
+    "mask.row_axis": ("query token (#id token @position)", "查询 token（#编号 token @位置）"),
+    "mask.col_axis": ("key token", "键 token"),
+    "pq.p": ("target p", "目标 p"),
+    "pq.q": ("draft q", "草稿 q"),
+    "pq.prob": ("probability", "概率"),
+    "pq.extra_title": ("“{tok}” ({src}): the distribution it was drawn from", "“{tok}”（{src}）：其采样分布"),
+    "pq.root_title": ("After the root “{tok}”: p and q for its children", "根“{tok}”之后：其子节点的 p 与 q"),
+    "pq.node_title": ("“{tok}” after “{parent}”: p = {p}, q = {q}", "“{parent}”之后的“{tok}”：p = {p}，q = {q}"),
+    "pq.top_note": ("Bars show the top-8 entries recorded in the trace; a missing bar means outside that list.", "柱状图显示轨迹中记录的前 8 项；没有柱子表示不在该列表中。"),
+    "walk.depth": ("depth", "深度"),
+    "walk.node": ("node", "节点"),
+    "walk.token": ("token", "token"),
+    "walk.threshold": ("accept probability", "接受概率"),
+    "walk.result": ("result", "结果"),
+    "walk.residual": ("residual top after rejection / extra's distribution", "拒绝后残差前几项 / 额外 token 的分布"),
+    "walk.prob_axis": ("probability / draw u", "概率 / 随机数 u"),
+    "text.round": ("round", "轮"),
+    "stats.tokens_per_round": ("tokens per round (accepted + 1)", "每轮 token 数（接受数 + 1）"),
+    "stats.fraction_rounds": ("fraction of rounds", "轮次占比"),
+    "stats.accept_rate": ("acceptance rate", "接受率"),
+    "stats.frequency": ("frequency", "频率"),
+    # ---- compare page
+    "cmp.title": ("Compare methods on the same prompt", "同一提示词下比较各方法"),
+    "cmp.intro": (
+        "Runs every available method on the same prompt with the same sampling settings and seed. EAGLE-1/2/3 join as soon as their heads are trained; until then they are listed as unavailable.",
+        "用相同的提示词、采样设置和种子运行所有可用方法。EAGLE-1/2/3 的草稿头训练好后会自动加入；在此之前显示为不可用。",
+    ),
+    "cmp.methods": ("Methods", "方法"),
+    "cmp.run": ("Run comparison", "运行比较"),
+    "cmp.first_trees": ("First-round trees", "第一轮的树"),
+    "cmp.table": ("Measured results", "测量结果"),
+    "cmp.hist": ("Tokens per round", "每轮 token 数"),
+    "cmp.depth": ("Acceptance rate by depth", "各深度接受率"),
+    "cmp.shipped": ("Shipped benchmark results", "附带的基准测试结果"),
+    "cmp.no_shipped": ("No benchmark results are shipped yet (assets/results/ is empty).", "尚无附带的基准测试结果（assets/results/ 为空）。"),
+    "cmp.live": ("Live comparison", "实时比较"),
+    "cmp.none": ("Select at least one available method.", "请至少选择一个可用方法。"),
+    "cmp.col_method": ("method", "方法"),
+    "cmp.col_tokens": ("new tokens", "新 token 数"),
+    "cmp.col_seconds": ("seconds", "秒"),
+    "cmp.col_identical": ("identical to vanilla", "与普通解码一致"),
+    # ---- losslessness page
+    "loss.title": ("Losslessness: same distribution, proven and measured", "无损性：分布相同，有证明也有测量"),
+    "loss.intro": (
+        "Speculative sampling must produce exactly the target's distribution. Two checks: the exact output distribution of one round, computed by enumerating every path of the acceptance walk, compared with the target's p; and an empirical test drawing many samples with vanilla and with speculative decoding.",
+        "推测采样必须精确地产生目标模型的分布。两种检查：一是枚举接受过程的所有路径，精确计算一轮的输出分布并与目标 p 比较；二是分别用普通解码和推测解码大量采样进行经验检验。",
+    ),
+    "loss.samples": ("Samples", "样本数"),
+    "loss.horizon": ("Horizon (tokens)", "长度（token）"),
+    "loss.variant": ("Acceptance rule", "接受规则"),
+    "loss.correct": ("correct rule", "正确规则"),
+    "loss.run": ("Run the check", "运行检查"),
+    "loss.exact": ("Exact check", "精确检查"),
+    "loss.empirical": ("Empirical check", "经验检查"),
+    "loss.maxdiff": ("max |computed − target p|", "最大 |计算值 − 目标 p|"),
+    "loss.chi2": ("chi-square p-value", "卡方检验 p 值"),
+    "loss.tv": ("TV distance", "总变差距离"),
+    "loss.tv_bound": ("TV bound (95%)", "总变差上界（95%）"),
+    "loss.pass": ("PASS", "通过"),
+    "loss.fail": ("FAIL", "未通过"),
+    "loss.exact_p": ("exact target p", "精确目标 p"),
+    "loss.vanilla": ("vanilla", "普通解码"),
+    "loss.spec": ("speculative", "推测解码"),
+    "loss.pending": (
+        "The losslessness module (specviz.lossless) is not in this build yet; this page will run it as soon as it lands.",
+        "无损性模块（specviz.lossless）尚未加入此版本；一旦加入，本页即可运行。",
+    ),
+    "loss.bug_zoo": ("Bug zoo: real mistakes, caught by the same test", "错误动物园：真实出现过的错误，同一检验即可发现"),
+    "loss.greedy_note": ("Temperature is 0 (greedy): the check is token-identity against vanilla.", "温度为 0（贪心）：检查与普通解码的 token 是否完全一致。"),
+    "loss.greedy_identical": ("Greedy speculative output identical to vanilla: {same}", "贪心推测解码输出与普通解码一致：{same}"),
+    "loss.outcome": ("outcome", "结果"),
+    "loss.side_by_side": ("Correct rule vs this bug", "正确规则与该错误对比"),
+    # ---- why it is free
+    "free.title": ("Why checking many tokens costs about as much as one", "为什么检查多个 token 的成本与检查一个差不多"),
+    "free.intro": (
+        "Decoding is limited by reading the weights from memory, not by arithmetic: a pass over N tokens reads the same weights as a pass over one. Measure it here, live, on this machine.",
+        "解码的瓶颈是从内存读取权重，而不是计算：处理 N 个 token 的一次前向与处理一个 token 读取的是同样的权重。在这里于本机实时测量。",
+    ),
+    "free.measure": ("Measure forward latency", "测量前向延迟"),
+    "free.grid": ("Measure batch × tokens grid", "测量 批大小 × token 数 网格"),
+    "free.repeats": ("Repeats per point (median reported)", "每点重复次数（取中位数）"),
+    "free.context": ("Context length", "上下文长度"),
+    "free.one_pass": ("one pass of N tokens", "一次前向处理 N 个 token"),
+    "free.n_passes": ("N separate passes (N × one token)", "N 次单独前向（N × 单 token）"),
+    "free.tokens_axis": ("tokens in one pass (N)", "一次前向的 token 数（N）"),
+    "free.ms_axis": ("latency (ms, median)", "延迟（毫秒，中位数）"),
+    "free.rel_axis": ("latency relative to N = 1", "相对 N = 1 的延迟"),
+    "free.batch_axis": ("batch size", "批大小"),
+    "free.speedup_axis": ("predicted speedup", "预测加速比"),
+    "free.draft_cost": ("Draft cost", "起草成本"),
+    "free.tau_input": ("tau (tokens per round) for the prediction", "用于预测的 tau（每轮 token 数）"),
+    "free.tree_n": ("Tree size verified per round (N)", "每轮验证的树大小（N）"),
+    "free.predicted": (
+        "Predicted speedup = tau × t(B, 1) / (t(B, N) + draft time), from the latencies measured above; the EAGLE-3 paper reports 1.81x at batch 2 and 1.38x at batch 64 on GPUs.",
+        "预测加速比 = tau × t(B, 1) / (t(B, N) + 起草时间)，使用上面测得的延迟；EAGLE-3 论文在 GPU 上报告批大小 2 时为 1.81 倍，64 时为 1.38 倍。",
+    ),
+    "free.tau_from": ("tau measured from the last Home/Compare run: {tau:.2f} ({method})", "来自最近一次首页/比较运行的 tau：{tau:.2f}（{method}）"),
+    "free.ratio": ("A pass of {n} tokens costs {r:.2f}x one token.", "一次处理 {n} 个 token 的代价是单个 token 的 {r:.2f} 倍。"),
+    "free.draft_measured": ("Draft time per round measured in the last run: {ms:.1f} ms ({method}).", "最近一次运行测得的每轮起草时间：{ms:.1f} 毫秒（{method}）。"),
+    "free.no_run": ("Run a generation on Home first to measure tau and the draft cost for your method.", "请先在首页运行一次生成，以测量所选方法的 tau 和起草成本。"),
+    # ---- acceptance rule toy
+    "toy.title": ("The acceptance rule on a toy vocabulary", "在玩具词表上理解接受规则"),
+    "toy.intro": (
+        "Edit the target distribution p and the draft distribution q. The draft proposes x ~ q; it is accepted with probability min(1, p(x)/q(x)); otherwise a token is drawn from the residual norm(max(p − q, 0)). Green + orange always add up to p: the output is exactly p, whatever q is.",
+        "编辑目标分布 p 和草稿分布 q。草稿按 q 提出 x；以 min(1, p(x)/q(x)) 的概率接受；否则从残差 norm(max(p − q, 0)) 中采样。绿色与橙色之和总是等于 p：无论 q 如何，输出都恰好是 p。",
+    ),
+    "toy.preset": ("Preset", "预设"),
+    "toy.preset.close": ("draft close to target", "草稿接近目标"),
+    "toy.preset.overconfident": ("overconfident draft", "过度自信的草稿"),
+    "toy.preset.wrong_token": ("draft prefers the wrong token", "草稿偏好错误 token"),
+    "toy.preset.identical": ("draft equals target", "草稿等于目标"),
+    "toy.p_sliders": ("target p (renormalised)", "目标 p（会重新归一化）"),
+    "toy.q_sliders": ("draft q (renormalised)", "草稿 q（会重新归一化）"),
+    "toy.accepted_mass": ("accepted draft: min(p, q)", "接受的草稿：min(p, q)"),
+    "toy.residual_mass": ("from residual: (1 − α)·norm(max(p − q, 0))", "来自残差：(1 − α)·norm(max(p − q, 0))"),
+    "toy.alpha": ("acceptance probability α = Σ min(p, q)", "接受概率 α = Σ min(p, q)"),
+    "toy.residual": ("residual distribution", "残差分布"),
+    "toy.draws": ("Simulated draws", "模拟次数"),
+    "toy.simulate": ("Simulate", "模拟"),
+    "toy.simulated": ("simulated output", "模拟输出"),
+    "toy.sim_result": ("{n} draws: acceptance rate {a:.3f} (α = {alpha:.3f}), TV(simulated, p) = {tv:.4f}", "{n} 次抽样：接受率 {a:.3f}（α = {alpha:.3f}），TV(模拟, p) = {tv:.4f}"),
+    "toy.two_title": ("Two candidates: the tree rule (EAGLE-2/3)", "两个候选：树规则（EAGLE-2/3）"),
+    "toy.two_intro": (
+        "The draft puts two children under one node (its top-2 tokens, chosen, not sampled). Try the first: accept with probability p(x1). If rejected, set p(x1) = 0 and renormalise; try the second with its new probability; if that fails too, draw from what is left. The stacked bars again add up to p.",
+        "草稿在一个节点下放两个子节点（它的前 2 个 token，选取而非采样）。先试第一个：以 p(x1) 的概率接受。若被拒绝，令 p(x1) = 0 并重新归一化；再以新的概率试第二个；若仍失败，则从剩余分布中采样。堆叠柱形之和同样等于 p。",
+    ),
+    "toy.x1": ("first candidate x1", "第一个候选 x1"),
+    "toy.x2": ("second candidate x2", "第二个候选 x2"),
+    "toy.via1": ("accept x1 = {tok}", "接受 x1 = {tok}"),
+    "toy.via2": ("reject x1, accept x2 = {tok}", "拒绝 x1，接受 x2 = {tok}"),
+    "toy.via_res": ("both rejected: residual draw", "均被拒绝：从残差采样"),
+    "toy.two_numbers": (
+        "P(accept x1) = {a1:.3f}; P(accept x2 | x1 rejected) = {a2:.3f}; P(some draft accepted) = {acc:.3f}",
+        "P(接受 x1) = {a1:.3f}；P(接受 x2 | x1 被拒) = {a2:.3f}；P(有草稿被接受) = {acc:.3f}",
+    ),
+    "toy.same_token": ("Pick two different tokens.", "请选择两个不同的 token。"),
+    "toy.max_err": ("max |output − p| = {e:.2e}", "最大 |输出 − p| = {e:.2e}"),
+}
+
+
+def t(key: str, lang: str = "en", **fmt) -> str:
+    pair = S.get(key)
+    if pair is None:
+        text = key
+    else:
+        text = pair[1] if lang == "zh" else pair[0]
+        if not text:
+            text = pair[0]
+    if fmt:
+        try:
+            return text.format(**fmt)
+        except (KeyError, IndexError, ValueError):
+            return text
+    return text

@@ -1,0 +1,543 @@
+"""Pure figure builders: a `RoundTrace` (or measured numbers) in, a Plotly figure out.
+
+Nothing here touches the engine, Streamlit or the model: every number drawn comes from the
+arguments. Labels go through `specviz.i18n.t` so the figures follow the app's language.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from ..i18n import t
+from ..trace import NodeTrace, RoundTrace
+
+STATUS_COLORS = {
+    "root": "#6c757d",
+    "accepted": "#2ca02c",
+    "rejected": "#d62728",
+    "untried": "#c7c7c7",
+    "drafted": "#1f77b4",  # draft stage: outcome not known yet
+}
+SOURCE_COLORS = {
+    "accepted": "#2ca02c",  # accepted draft token
+    "bonus": "#1f77b4",  # bonus token after a fully accepted path
+    "resampled": "#ff7f0e",  # correction drawn from the residual
+    "greedy-correction": "#ff7f0e",
+    "vanilla": "#9467bd",  # plain target sample (root-only tree)
+}
+SOURCE_BG = {
+    "accepted": "rgba(44,160,44,0.22)",
+    "bonus": "rgba(31,119,180,0.22)",
+    "resampled": "rgba(255,127,14,0.30)",
+    "greedy-correction": "rgba(255,127,14,0.30)",
+    "vanilla": "rgba(148,103,189,0.18)",
+}
+EXTRA_ID = -1  # customdata id of the extra (bonus / corrected) token drawn after the tree
+
+
+def show_token(text: str) -> str:
+    """A token's text made visible in a label: spaces as ␣, newlines as ↵, tabs as ⇥."""
+    if text is None:
+        return ""
+    s = text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
+    return s if s else "∅"
+
+
+def _fmt(x, digits=3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.{digits}f}"
+
+
+# ---------------------------------------------------------------------- tree
+def tree_graph(trace: RoundTrace) -> nx.DiGraph:
+    g = nx.DiGraph()
+    for n in trace.nodes:
+        g.add_node(n.id, depth=n.depth)
+        if n.parent >= 0:
+            g.add_edge(n.parent, n.id)
+    return g
+
+
+def tree_layout(trace: RoundTrace) -> dict[int, tuple[float, float]]:
+    """Tidy layered layout: x = depth, leaves stacked in draft-rank order, parents centred.
+
+    The graph is a networkx tree; its depth-first order gives the vertical order of leaves so
+    siblings appear top-down by rank (rank 0 on top) and edges never cross.
+    """
+    g = tree_graph(trace)
+    order = {n.id: (n.rank, n.id) for n in trace.nodes}
+    y: dict[int, float] = {}
+    next_leaf = [0.0]
+
+    def place(v):
+        kids = sorted(g.successors(v), key=lambda c: order[c])
+        if not kids:
+            y[v] = next_leaf[0]
+            next_leaf[0] += 1.0
+            return
+        for c in kids:
+            place(c)
+        y[v] = (y[kids[0]] + y[kids[-1]]) / 2
+
+    root = trace.nodes[0].id
+    # iterative-safe: trees are at most a few hundred nodes deep-wise 10, recursion is fine
+    place(root)
+    depth = nx.shortest_path_length(g, root)
+    return {v: (float(depth[v]), -y[v]) for v in g.nodes}
+
+
+def ancestors(trace: RoundTrace, node_id: int) -> list[int]:
+    """Node ids from the root to `node_id` inclusive."""
+    parent = {n.id: n.parent for n in trace.nodes}
+    out = []
+    v = node_id
+    while v is not None and v >= 0 and v in parent:
+        out.append(v)
+        v = parent[v]
+    return out[::-1]
+
+
+def _node_hover(n: NodeTrace, lang: str) -> str:
+    if n.parent < 0:
+        return (
+            f"<b>{html.escape(show_token(n.text))}</b> (id {n.token})<br>"
+            f"{t('tree.root_hover', lang)}<br>{t('tree.position', lang)} {n.position}"
+        )
+    ratio = "–" if not n.q or n.p is None else f"{n.p / n.q:.3f}"
+    return (
+        f"<b>{html.escape(show_token(n.text))}</b> (id {n.token}) · node {n.id}<br>"
+        f"p = {_fmt(n.p, 4)} · q = {_fmt(n.q, 4)} · p/q = {ratio}<br>"
+        f"{t('tree.score', lang)} = {n.score:.3f} · {t('tree.rank', lang)} {n.rank} · "
+        f"{t('tree.depth', lang)} {n.depth} · {t('tree.position', lang)} {n.position}<br>"
+        f"{t('status.' + n.status, lang)}"
+    )
+
+
+def tree_figure(
+    trace: RoundTrace,
+    lang: str = "en",
+    selected: int | None = None,
+    max_depth: int | None = None,
+    reveal: bool = True,
+    show_extra: bool = True,
+    height: int | None = None,
+) -> go.Figure:
+    """The draft tree, left to right. Nodes coloured by outcome (or all 'drafted' when
+    `reveal` is False, for the draft stage); `max_depth` hides deeper levels (the tree growing);
+    the selected node and its ancestors get a thick outline; the extra token (bonus or
+    correction) hangs off the last accepted node with a dashed edge. customdata[0] = node id
+    (EXTRA_ID for the extra token) for click selection.
+    """
+    pos = tree_layout(trace)
+    shown = [n for n in trace.nodes if max_depth is None or n.depth <= max_depth]
+    shown_ids = {n.id for n in shown}
+    path = set(ancestors(trace, selected)) if selected is not None and selected >= 0 else set()
+    fig = go.Figure()
+    ex, ey, px_, py_ = [], [], [], []
+    for n in shown:
+        if n.parent >= 0 and n.parent in shown_ids:
+            (x0, y0), (x1, y1) = pos[n.parent], pos[n.id]
+            tgt = (px_, py_) if (n.id in path and n.parent in path) else (ex, ey)
+            tgt[0].extend([x0, x1, None])
+            tgt[1].extend([y0, y1, None])
+    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#b0b0b0", width=1.5), hoverinfo="skip", showlegend=False))
+    if px_:
+        fig.add_trace(go.Scatter(x=px_, y=py_, mode="lines", line=dict(color="#111", width=3.5), hoverinfo="skip", showlegend=False))
+    statuses = ["root", "accepted", "rejected", "untried"] if reveal else ["root", "drafted"]
+    for st in statuses:
+        group = [n for n in shown if (n.status if reveal else ("root" if n.parent < 0 else "drafted")) == st]
+        if not group:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=[pos[n.id][0] for n in group],
+                y=[pos[n.id][1] for n in group],
+                mode="markers+text",
+                marker=dict(
+                    size=[30 if n.id == selected else 22 for n in group],
+                    color=STATUS_COLORS[st],
+                    line=dict(
+                        color=["#111" if n.id in path else "white" for n in group],
+                        width=[3 if n.id in path else 1 for n in group],
+                    ),
+                ),
+                text=[show_token(n.text)[:12] for n in group],
+                textposition="top center",
+                textfont=dict(size=12),
+                customdata=[[n.id] for n in group],
+                hovertext=[_node_hover(n, lang) for n in group],
+                hoverinfo="text",
+                name=t("status." + st, lang),
+            )
+        )
+    if show_extra and reveal and (max_depth is None or max_depth >= trace.nodes[-1].depth):
+        anchor = trace.accepted_nodes[-1] if trace.accepted_nodes else trace.nodes[0].id
+        ax, ay = pos[anchor]
+        # place the extra token one level right of its anchor, below the tree's lowest leaf
+        low = min(yy for _, yy in pos.values())
+        xx, yy = ax + 1, low - 1.0 if len(trace.nodes) > 1 else ay
+        src = trace.extra_source
+        fig.add_trace(
+            go.Scatter(x=[ax, xx], y=[ay, yy], mode="lines", line=dict(color=SOURCE_COLORS.get(src, "#555"), width=2, dash="dot"), hoverinfo="skip", showlegend=False)
+        )
+        top = ", ".join(f"{html.escape(show_token(s))} {pp:.3f}" for _, s, pp in trace.extra_top[:5])
+        fig.add_trace(
+            go.Scatter(
+                x=[xx],
+                y=[yy],
+                mode="markers+text",
+                marker=dict(size=26, symbol="star", color=SOURCE_COLORS.get(src, "#555"), line=dict(color="white", width=1)),
+                text=[show_token(trace.extra_text)[:12]],
+                textposition="bottom center",
+                customdata=[[EXTRA_ID]],
+                hovertext=[f"<b>{html.escape(show_token(trace.extra_text))}</b> (id {trace.extra_token})<br>{t('source.' + src, lang)}<br>{t('tree.from_dist', lang)}: {top}"],
+                hoverinfo="text",
+                name=t("source." + src, lang),
+            )
+        )
+    n_leaves = sum(1 for n in trace.nodes if not any(m.parent == n.id for m in trace.nodes))
+    fig.update_layout(
+        height=height or max(260, min(900, 60 + 38 * n_leaves)),
+        margin=dict(l=10, r=10, t=30, b=10),
+        xaxis=dict(title=t("tree.depth", lang), dtick=1, showgrid=False, zeroline=False),
+        yaxis=dict(visible=False),
+        legend=dict(orientation="h", y=1.08, x=0),
+        clickmode="event+select",
+        dragmode="select",
+        plot_bgcolor="white",
+        hoverlabel=dict(align="left"),
+    )
+    return fig
+
+
+# ---------------------------------------------------------------------- mask
+def mask_figure(trace: RoundTrace, lang: str = "en", selected: int | None = None) -> go.Figure:
+    """Tree attention mask as a heatmap labelled '#id token @position'. With a selected node,
+    its row's visible cells (its ancestors and itself) are drawn darker."""
+    n = len(trace.nodes)
+    m = np.array(trace.tree_mask, dtype=float) if trace.tree_mask else np.eye(n)
+    z = m.copy()
+    if selected is not None and 0 <= selected < n:
+        path = ancestors(trace, selected)
+        for j in path:
+            z[selected, j] = 2.0
+    labels = [f"#{nd.id} {show_token(nd.text)[:10]} @{trace.position_ids[i] if i < len(trace.position_ids) else nd.position}" for i, nd in enumerate(trace.nodes)]
+    hover = [
+        [
+            f"{t('mask.row', lang)} {labels[i]}<br>{t('mask.col', lang)} {labels[j]}<br>"
+            + (t("mask.sees", lang) if m[i, j] else t("mask.hidden", lang))
+            for j in range(n)
+        ]
+        for i in range(n)
+    ]
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=labels,
+            y=labels,
+            zmin=0,
+            zmax=2,
+            colorscale=[[0, "#f4f4f4"], [0.499, "#f4f4f4"], [0.5, "#7fb3e0"], [0.749, "#7fb3e0"], [0.75, "#08306b"], [1, "#08306b"]],
+            showscale=False,
+            hovertext=hover,
+            hoverinfo="text",
+            xgap=1,
+            ygap=1,
+        )
+    )
+    size = max(300, min(900, 120 + 24 * n))
+    fig.update_layout(
+        height=size,
+        margin=dict(l=10, r=10, t=30, b=10),
+        yaxis=dict(autorange="reversed", title=t("mask.row_axis", lang), tickfont=dict(size=10)),
+        xaxis=dict(title=t("mask.col_axis", lang), tickangle=-60, tickfont=dict(size=10), side="top"),
+        plot_bgcolor="white",
+    )
+    return fig
+
+
+# ---------------------------------------------------------------------- p vs q
+def pq_bars_figure(p_top, q_top, lang: str = "en", highlight=(), title: str = "") -> go.Figure:
+    """Target p and draft q over the union of their top tokens (entries [id, text, prob]).
+    A token outside one of the top lists has no bar there (its value was not recorded)."""
+    toks: dict[int, str] = {}
+    for tid, txt, _ in list(p_top) + list(q_top):
+        toks.setdefault(int(tid), txt)
+    pmap = {int(a): c for a, _, c in p_top}
+    qmap = {int(a): c for a, _, c in q_top}
+    ids = sorted(toks, key=lambda i: -(max(pmap.get(i, 0), qmap.get(i, 0))))
+    xs = [f"{show_token(toks[i])[:12]} ({i})" for i in ids]
+    hl = set(int(h) for h in highlight)
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=xs, y=[pmap.get(i, None) for i in ids], name=t("pq.p", lang), marker_color="#1f77b4",
+                         marker_line=dict(color=["#111" if i in hl else "#1f77b4" for i in ids], width=[3 if i in hl else 0 for i in ids])))
+    if q_top:
+        fig.add_trace(go.Bar(x=xs, y=[qmap.get(i, None) for i in ids], name=t("pq.q", lang), marker_color="#ff7f0e",
+                             marker_line=dict(color=["#111" if i in hl else "#ff7f0e" for i in ids], width=[3 if i in hl else 0 for i in ids])))
+    fig.update_layout(
+        barmode="group",
+        height=320,
+        margin=dict(l=10, r=10, t=40 if title else 20, b=10),
+        title=dict(text=title, font=dict(size=14)) if title else None,
+        yaxis=dict(title=t("pq.prob", lang), rangemode="tozero"),
+        legend=dict(orientation="h", y=1.12),
+    )
+    return fig
+
+
+def node_pq_figure(trace: RoundTrace, node_id: int, lang: str = "en") -> go.Figure:
+    """For a drafted node: the distributions at its parent (where its token was chosen), the
+    node's token outlined. For the root: the distributions for its children. For the extra
+    token: the distribution it was drawn from."""
+    if node_id == EXTRA_ID:
+        return pq_bars_figure(trace.extra_top, [], lang, highlight=[trace.extra_token],
+                              title=t("pq.extra_title", lang, tok=show_token(trace.extra_text), src=t("source." + trace.extra_source, lang)))
+    nodes = {n.id: n for n in trace.nodes}
+    n = nodes[node_id]
+    if n.parent < 0:
+        kids = [m.token for m in trace.nodes if m.parent == n.id]
+        return pq_bars_figure(n.next_p_top, n.next_q_top, lang, highlight=kids,
+                              title=t("pq.root_title", lang, tok=show_token(n.text)))
+    par = nodes[n.parent]
+    return pq_bars_figure(par.next_p_top, par.next_q_top, lang, highlight=[n.token],
+                          title=t("pq.node_title", lang, tok=show_token(n.text), parent=show_token(par.text), p=_fmt(n.p), q=_fmt(n.q)))
+
+
+# ---------------------------------------------------------------------- acceptance walk
+def accept_threshold(step) -> float:
+    """Probability with which the rule accepts this tried token (u below it means accept)."""
+    if step.u is None:  # greedy: deterministic
+        return 1.0 if step.accepted else 0.0
+    if step.ratio is not None:
+        return min(1.0, step.ratio)
+    if step.q:
+        return min(1.0, step.p / step.q)
+    return 0.0
+
+
+def walk_table(trace: RoundTrace, lang: str = "en") -> pd.DataFrame:
+    rows = []
+    for s in trace.steps:
+        rows.append({
+            t("walk.depth", lang): s.depth,
+            t("walk.node", lang): s.node,
+            t("walk.token", lang): show_token(s.text),
+            "p": round(s.p, 4),
+            "q": round(s.q, 4),
+            "p/q": None if s.ratio is None else round(s.ratio, 4),
+            "u": None if s.u is None else round(s.u, 4),
+            t("walk.threshold", lang): round(accept_threshold(s), 4),
+            t("walk.result", lang): t("status.accepted" if s.accepted else "status.rejected", lang),
+            t("walk.residual", lang): ", ".join(f"{show_token(x)} {pp:.3f}" for _, x, pp in s.residual_top[:4]),
+        })
+    rows.append({
+        t("walk.depth", lang): (trace.steps[-1].depth + (1 if trace.steps[-1].accepted else 0)) if trace.steps else 1,
+        t("walk.node", lang): "★",
+        t("walk.token", lang): show_token(trace.extra_text),
+        "p": None, "q": None, "p/q": None, "u": None,
+        t("walk.threshold", lang): None,
+        t("walk.result", lang): t("source." + trace.extra_source, lang),
+        t("walk.residual", lang): ", ".join(f"{show_token(x)} {pp:.3f}" for _, x, pp in trace.extra_top[:4]),
+    })
+    return pd.DataFrame(rows)
+
+
+def walk_figure(trace: RoundTrace, lang: str = "en") -> go.Figure:
+    """Each tried node: a bar up to its acceptance probability and a marker at the draw u."""
+    steps = trace.steps
+    xs = [f"{i + 1}. {show_token(s.text)[:10]} (#{s.node})" for i, s in enumerate(steps)]
+    thr = [accept_threshold(s) for s in steps]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=xs, y=thr, name=t("walk.threshold", lang),
+                         marker_color=[STATUS_COLORS["accepted" if s.accepted else "rejected"] for s in steps], opacity=0.55,
+                         hovertemplate="%{x}<br>" + t("walk.threshold", lang) + " %{y:.4f}<extra></extra>"))
+    us = [s.u for s in steps]
+    if any(u is not None for u in us):
+        fig.add_trace(go.Scatter(x=xs, y=us, mode="markers", name="u", marker=dict(symbol="line-ew", size=34, line=dict(width=4, color="#111")),
+                                 hovertemplate="%{x}<br>u = %{y:.4f}<extra></extra>"))
+    fig.update_layout(height=300, margin=dict(l=10, r=10, t=20, b=10), yaxis=dict(range=[0, 1.05], title=t("walk.prob_axis", lang)),
+                      legend=dict(orientation="h", y=1.12))
+    return fig
+
+
+# ---------------------------------------------------------------------- text by source
+def token_sources(traces: list[RoundTrace]) -> list[tuple[str, str, int]]:
+    """(token text, source, round index) for every committed token, in order."""
+    out = []
+    for tr in traces:
+        n_acc = len(tr.committed) - 1
+        for j, txt in enumerate(tr.committed_text):
+            if j < n_acc:
+                src = "accepted"
+            elif j == n_acc and tr.committed[-1] == tr.extra_token:
+                src = tr.extra_source
+            else:  # cut at EOS before the extra token
+                src = "accepted"
+            out.append((txt, src, tr.round_index))
+    return out
+
+
+def colored_text_html(traces: list[RoundTrace], lang: str = "en", by_round: bool = False) -> str:
+    """The generated text as HTML spans coloured by how each token was produced (or by round)."""
+    parts = []
+    for txt, src, r in token_sources(traces):
+        if by_round:
+            bg = "rgba(31,119,180,0.16)" if r % 2 == 0 else "rgba(255,187,120,0.30)"
+        else:
+            bg = SOURCE_BG.get(src, "transparent")
+        title = html.escape(f"{t('source.' + src, lang)} · {t('text.round', lang)} {r + 1}", quote=True)
+        body = html.escape(txt).replace("\n", "<br>")
+        parts.append(f'<span title="{title}" style="background:{bg};border-radius:3px;padding:1px 0">{body}</span>')
+    return '<div style="line-height:1.9;font-size:1.02rem;white-space:pre-wrap">' + "".join(parts) + "</div>"
+
+
+def legend_html(lang: str = "en", sources=("accepted", "bonus", "resampled", "vanilla")) -> str:
+    items = [f'<span style="background:{SOURCE_BG[s]};padding:2px 6px;border-radius:3px;margin-right:6px">{html.escape(t("source." + s, lang))}</span>' for s in sources]
+    return '<div style="font-size:0.85rem">' + "".join(items) + "</div>"
+
+
+# ---------------------------------------------------------------------- statistics of runs
+def accept_length_hist(lengths_by_method: dict[str, list[int]], lang: str = "en") -> go.Figure:
+    """Histogram of tokens per round (accepted drafts + 1) per method, as fractions of rounds."""
+    fig = go.Figure()
+    top = max([max(v) for v in lengths_by_method.values() if v] + [1])
+    for name, v in lengths_by_method.items():
+        if not v:
+            continue
+        c = np.bincount(np.asarray(v, dtype=int), minlength=top + 1)[1:]
+        fig.add_trace(go.Bar(x=list(range(1, top + 1)), y=c / max(1, len(v)), name=name))
+    fig.update_layout(barmode="group", height=320, margin=dict(l=10, r=10, t=20, b=10),
+                      xaxis=dict(title=t("stats.tokens_per_round", lang), dtick=1), yaxis=dict(title=t("stats.fraction_rounds", lang)),
+                      legend=dict(orientation="h", y=1.12))
+    return fig
+
+
+def acceptance_by_depth(traces: list[RoundTrace]) -> list[float]:
+    """Fraction of rounds reaching depth d whose path got accepted at depth d (d = 1, 2, ...).
+
+    A round 'reaches' depth d when its accepted path has length >= d-1 and the tree holds a
+    node at depth d; it is accepted at d when the accepted path has length >= d."""
+    max_d = max((n.depth for tr in traces for n in tr.nodes), default=0)
+    out = []
+    for d in range(1, max_d + 1):
+        tried = acc = 0
+        for tr in traces:
+            if len(tr.accepted_nodes) >= d - 1 and any(n.depth == d for n in tr.nodes):
+                tried += 1
+                acc += len(tr.accepted_nodes) >= d
+        out.append(acc / tried if tried else float("nan"))
+    return out
+
+
+def depth_acceptance_figure(rates_by_method: dict[str, list[float]], lang: str = "en") -> go.Figure:
+    fig = go.Figure()
+    for name, r in rates_by_method.items():
+        if r:
+            fig.add_trace(go.Scatter(x=list(range(1, len(r) + 1)), y=r, mode="lines+markers", name=name))
+    fig.update_layout(height=320, margin=dict(l=10, r=10, t=20, b=10), xaxis=dict(title=t("tree.depth", lang), dtick=1),
+                      yaxis=dict(title=t("stats.accept_rate", lang), range=[0, 1.05]), legend=dict(orientation="h", y=1.12))
+    return fig
+
+
+def samples_hist_figure(labels: list[str], counts: dict[str, list[float]], lang: str = "en", expected: list[float] | None = None) -> go.Figure:
+    """Side-by-side frequencies of sampled outcomes per sampler (counts normalised), with the
+    exact target probabilities as markers when given."""
+    fig = go.Figure()
+    for name, c in counts.items():
+        c = np.asarray(c, dtype=float)
+        fig.add_trace(go.Bar(x=labels, y=c / max(1.0, c.sum()), name=name))
+    if expected is not None:
+        fig.add_trace(go.Scatter(x=labels, y=expected, mode="markers", name=t("loss.exact_p", lang),
+                                 marker=dict(symbol="diamond", size=9, color="#111")))
+    fig.update_layout(barmode="group", height=360, margin=dict(l=10, r=10, t=20, b=10),
+                      yaxis=dict(title=t("stats.frequency", lang)), xaxis=dict(tickangle=-45),
+                      legend=dict(orientation="h", y=1.12))
+    return fig
+
+
+# ---------------------------------------------------------------------- latency
+def latency_curve_figure(n_tokens: list[int], ms: list[float], lang: str = "en", ms_spread=None, label: str | None = None) -> go.Figure:
+    """Target forward latency vs tokens in one pass, with the 'N separate passes' line."""
+    fig = go.Figure()
+    err = None if ms_spread is None else dict(type="data", array=ms_spread, visible=True)
+    fig.add_trace(go.Scatter(x=n_tokens, y=ms, mode="lines+markers", name=label or t("free.one_pass", lang), error_y=err))
+    if n_tokens and n_tokens[0] == 1:
+        fig.add_trace(go.Scatter(x=n_tokens, y=[ms[0] * n for n in n_tokens], mode="lines", line=dict(dash="dot", color="#999"),
+                                 name=t("free.n_passes", lang)))
+    fig.update_layout(height=360, margin=dict(l=10, r=10, t=20, b=10), xaxis=dict(title=t("free.tokens_axis", lang)),
+                      yaxis=dict(title=t("free.ms_axis", lang), rangemode="tozero"), legend=dict(orientation="h", y=1.12))
+    return fig
+
+
+def latency_grid_figure(batches: list[int], n_tokens: list[int], ms: list[list[float]], lang: str = "en") -> go.Figure:
+    """One line per batch size: latency of a pass of B sequences x N tokens, relative to N=1."""
+    fig = go.Figure()
+    for b, row in zip(batches, ms):
+        fig.add_trace(go.Scatter(x=n_tokens, y=[m / row[0] for m in row], mode="lines+markers", name=f"B={b}",
+                                 customdata=row, hovertemplate="N=%{x}<br>%{y:.2f}x · %{customdata:.1f} ms<extra>B=" + str(b) + "</extra>"))
+    fig.update_layout(height=360, margin=dict(l=10, r=10, t=20, b=10), xaxis=dict(title=t("free.tokens_axis", lang)),
+                      yaxis=dict(title=t("free.rel_axis", lang), rangemode="tozero"), legend=dict(orientation="h", y=1.12))
+    return fig
+
+
+def predicted_speedup(tau: float, t1_ms: float, tn_ms: float, draft_ms: float = 0.0) -> float:
+    """Speedup of speculative decoding over vanilla when a round emits `tau` tokens on average,
+    a verify pass of the tree costs `tn_ms`, one vanilla step costs `t1_ms` and drafting `draft_ms`:
+    (tau / (tn + draft)) / (1 / t1)."""
+    denom = tn_ms + draft_ms
+    return float(tau * t1_ms / denom) if denom > 0 else float("nan")
+
+
+def speedup_by_batch_figure(batches: list[int], speedups: list[float], lang: str = "en") -> go.Figure:
+    fig = go.Figure(go.Bar(x=[str(b) for b in batches], y=speedups, marker_color="#2ca02c", text=[f"{s:.2f}x" for s in speedups], textposition="outside"))
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#888")
+    fig.update_layout(height=320, margin=dict(l=10, r=10, t=20, b=10), xaxis=dict(title=t("free.batch_axis", lang), type="category"),
+                      yaxis=dict(title=t("free.speedup_axis", lang), rangemode="tozero"))
+    return fig
+
+
+# ---------------------------------------------------------------------- toy acceptance rule
+def toy_chain_figure(vocab: list[str], parts, lang: str = "en") -> go.Figure:
+    """Stacked bars per token: accepted draft mass min(p,q) + mass from the residual = p; q as
+    an outline marker."""
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=vocab, y=parts.accepted, name=t("toy.accepted_mass", lang), marker_color="#2ca02c"))
+    fig.add_trace(go.Bar(x=vocab, y=parts.from_residual, name=t("toy.residual_mass", lang), marker_color="#ff7f0e"))
+    fig.add_trace(go.Scatter(x=vocab, y=parts.p, mode="markers", name="p", marker=dict(symbol="line-ew", size=40, line=dict(width=3, color="#1f77b4"))))
+    fig.add_trace(go.Scatter(x=vocab, y=parts.q, mode="markers", name="q", marker=dict(symbol="circle-open", size=12, line=dict(width=2, color="#111"))))
+    fig.update_layout(barmode="stack", height=360, margin=dict(l=10, r=10, t=20, b=10), yaxis=dict(title=t("pq.prob", lang), rangemode="tozero"),
+                      legend=dict(orientation="h", y=1.14))
+    return fig
+
+
+def toy_two_figure(vocab: list[str], parts, lang: str = "en") -> go.Figure:
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=vocab, y=parts.via1, name=t("toy.via1", lang, tok=vocab[parts.x1]), marker_color="#2ca02c"))
+    fig.add_trace(go.Bar(x=vocab, y=parts.via2, name=t("toy.via2", lang, tok=vocab[parts.x2]), marker_color="#98df8a"))
+    fig.add_trace(go.Bar(x=vocab, y=parts.via_res, name=t("toy.via_res", lang), marker_color="#ff7f0e"))
+    fig.add_trace(go.Scatter(x=vocab, y=parts.p, mode="markers", name="p", marker=dict(symbol="line-ew", size=40, line=dict(width=3, color="#1f77b4"))))
+    fig.update_layout(barmode="stack", height=360, margin=dict(l=10, r=10, t=20, b=10), yaxis=dict(title=t("pq.prob", lang), rangemode="tozero"),
+                      legend=dict(orientation="h", y=1.14))
+    return fig
+
+
+def toy_sim_figure(vocab: list[str], counts, p, lang: str = "en") -> go.Figure:
+    c = np.asarray(counts, dtype=float)
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=vocab, y=c / max(1.0, c.sum()), name=t("toy.simulated", lang), marker_color="#9467bd"))
+    fig.add_trace(go.Scatter(x=vocab, y=p, mode="markers", name="p", marker=dict(symbol="diamond", size=11, color="#1f77b4")))
+    fig.update_layout(height=300, margin=dict(l=10, r=10, t=20, b=10), yaxis=dict(title=t("stats.frequency", lang), rangemode="tozero"),
+                      legend=dict(orientation="h", y=1.14))
+    return fig
+
+
+def figure_html(fig: go.Figure) -> str:
+    """A standalone HTML page of the figure (Plotly JS inlined: works offline, for slides)."""
+    return fig.to_html(include_plotlyjs=True, full_html=True)

@@ -1,0 +1,257 @@
+"""Figure builders on synthetic and real round traces (no browser, no Streamlit)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from specviz import i18n
+from specviz.i18n import S, t
+from specviz.trace import AcceptStep, NodeTrace, RoundTrace
+from specviz.viz import figures as F
+from specviz.viz import toy
+
+
+def synthetic_trace(round_index=0) -> RoundTrace:
+    """Root -> {a (accepted), b (rejected, tried)}; a -> {c (rejected), d (untried)}; extra bonus
+    from the residual after c: 'e' resampled."""
+    top = lambda *xs: [[i, s, p] for i, s, p in xs]  # noqa: E731
+    nodes = [
+        NodeTrace(0, -1, 0, 10, " The", None, None, 0.0, 0, 50, "root", top((11, " cat", 0.6), (12, " dog", 0.3)), top((11, " cat", 0.5), (12, " dog", 0.4))),
+        NodeTrace(1, 0, 1, 11, " cat", 0.6, 0.5, -0.51, 0, 51, "accepted", top((13, " sat", 0.7), (14, "\n", 0.2)), top((13, " sat", 0.3), (15, " ran", 0.6))),
+        NodeTrace(2, 0, 1, 12, " dog", 0.3, 0.4, -1.2, 1, 51, "untried"),
+        NodeTrace(3, 1, 2, 13, " sat", 0.7, 0.3, -0.87, 0, 52, "rejected"),
+        NodeTrace(4, 1, 2, 14, "\n", 0.2, None, -2.1, 1, 52, "untried"),
+    ]
+    mask = [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0], [1, 1, 0, 1, 0], [1, 1, 0, 0, 1]]
+    steps = [
+        AcceptStep(1, 1, 11, " cat", 0.5, 0.6, 0.8333, 0.41, True),
+        AcceptStep(2, 3, 13, " sat", 0.3, 0.7, 0.4286, 0.77, False, top((15, " ran", 0.9), (16, " is", 0.1))),
+    ]
+    return RoundTrace(
+        round_index=round_index, method="synthetic", rule="chain", sampling={"temperature": 1.0, "top_k": 0, "top_p": 1.0},
+        prefix_len=50, nodes=nodes, tree_mask=mask, position_ids=[50, 51, 51, 52, 52], steps=steps, accepted_nodes=[1],
+        extra_token=15, extra_text=" ran", extra_source="resampled", extra_top=top((15, " ran", 0.9), (16, " is", 0.1)),
+        committed=[11, 15], committed_text=[" cat", " ran"], draft_time_s=0.01, verify_time_s=0.05, total_time_s=0.07,
+    )
+
+
+def root_only_trace() -> RoundTrace:
+    n = NodeTrace(0, -1, 0, 5, "Hi", None, None, 0.0, 0, 7, "root", [], [[6, "!", 0.8]])
+    return RoundTrace(0, "vanilla", "greedy", {"temperature": 0}, 7, [n], [[1]], [7], [], [], 6, "!", "vanilla", [[6, "!", 0.8]], [6], ["!"], 0.0, 0.02, 0.02)
+
+
+def _is_fig(f):
+    assert isinstance(f, go.Figure)
+    json.loads(f.to_json())  # serialisable for the browser
+    return f
+
+
+# ---------------------------------------------------------------------- i18n
+def test_every_string_has_both_languages():
+    for key, pair in S.items():
+        assert len(pair) == 2 and pair[0] and pair[1], key
+
+
+def test_t_formats_and_falls_back():
+    assert t("toy.max_err", "zh", e=1e-9).startswith("最大")
+    assert t("no.such.key", "zh") == "no.such.key"
+    assert set(i18n.LANGS) == {"en", "zh"}
+
+
+# ---------------------------------------------------------------------- tree
+def test_tree_layout_is_tidy():
+    tr = synthetic_trace()
+    pos = F.tree_layout(tr)
+    assert pos[0][0] == 0 and pos[1][0] == 1 and pos[3][0] == 2
+    # rank 0 above rank 1, parent between its children
+    assert pos[1][1] > pos[2][1]
+    assert min(pos[3][1], pos[4][1]) <= pos[1][1] <= max(pos[3][1], pos[4][1])
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_tree_figure_colours_and_customdata(lang):
+    tr = synthetic_trace()
+    fig = _is_fig(F.tree_figure(tr, lang=lang, selected=3))
+    ids = {}
+    for tr_ in fig.data:
+        if tr_.customdata is not None:
+            for cd, col in zip(tr_.customdata, [tr_.marker.color] * len(tr_.customdata)):
+                ids[int(cd[0])] = col
+    assert set(ids) == {0, 1, 2, 3, 4, F.EXTRA_ID}
+    assert ids[1] == F.STATUS_COLORS["accepted"] and ids[3] == F.STATUS_COLORS["rejected"]
+    assert ids[2] == F.STATUS_COLORS["untried"]
+    # hover carries p, q and score
+    hov = " ".join(h for d in fig.data if d.hovertext is not None for h in d.hovertext)
+    assert "p = 0.5000" in hov and "q = 0.6000" in hov
+
+
+def test_tree_figure_draft_stage_grows():
+    tr = synthetic_trace()
+    f1 = F.tree_figure(tr, max_depth=1, reveal=False)
+    pts = [cd[0] for d in f1.data if d.customdata is not None for cd in d.customdata]
+    assert sorted(pts) == [0, 1, 2]  # no outcome colours, no extra token
+    assert all(d.marker.color in (F.STATUS_COLORS["drafted"], F.STATUS_COLORS["root"]) for d in f1.data if d.customdata is not None)
+
+
+def test_ancestors():
+    tr = synthetic_trace()
+    assert F.ancestors(tr, 3) == [0, 1, 3]
+    assert F.ancestors(tr, 0) == [0]
+
+
+# ---------------------------------------------------------------------- mask
+def test_mask_figure_labels_and_highlight():
+    tr = synthetic_trace()
+    fig = _is_fig(F.mask_figure(tr, selected=3))
+    hm = fig.data[0]
+    z = np.array(hm.z)
+    assert z.shape == (5, 5)
+    assert z[3, 0] == 2 and z[3, 1] == 2 and z[3, 3] == 2 and z[3, 2] == 0
+    assert z[2, 0] == 1 and z[2, 1] == 0
+    assert hm.x[1].startswith("#1 ␣cat @51")
+
+
+# ---------------------------------------------------------------------- p vs q
+def test_pq_bars_union_and_missing():
+    tr = synthetic_trace()
+    fig = _is_fig(F.node_pq_figure(tr, 3))  # parent = node 1
+    p_bar, q_bar = fig.data
+    assert len(p_bar.x) == 3  # sat, \n, ran
+    xs = list(p_bar.x)
+    ran = xs.index("␣ran (15)")
+    assert p_bar.y[ran] == 0.6 and q_bar.y[ran] is None
+    _is_fig(F.node_pq_figure(tr, 0))
+    ex = _is_fig(F.node_pq_figure(tr, F.EXTRA_ID))
+    assert len(ex.data) == 1
+
+
+# ---------------------------------------------------------------------- walk and text
+def test_walk_table_and_figure():
+    tr = synthetic_trace()
+    df = F.walk_table(tr)
+    assert len(df) == 3
+    assert list(df["u"][:2]) == [0.41, 0.77]
+    assert df.iloc[1][t("walk.threshold")] == pytest.approx(0.4286)
+    fig = _is_fig(F.walk_figure(tr))
+    assert list(fig.data[1].y) == [0.41, 0.77]
+
+
+def test_coloured_text_sources_and_escaping():
+    tr = synthetic_trace()
+    tr.committed_text = [" <cat>", " ran"]
+    src = F.token_sources([tr, root_only_trace()])
+    assert [s for _, s, _ in src] == ["accepted", "resampled", "vanilla"]
+    h = F.colored_text_html([tr])
+    assert "&lt;cat&gt;" in h and "<cat>" not in h
+    assert F.SOURCE_BG["resampled"] in h
+
+
+def test_root_only_round():
+    tr = root_only_trace()
+    _is_fig(F.tree_figure(tr))
+    _is_fig(F.mask_figure(tr))
+    assert len(F.walk_table(tr)) == 1
+
+
+# ---------------------------------------------------------------------- stats and latency
+def test_stats_figures():
+    a, b = synthetic_trace(0), synthetic_trace(1)
+    b.accepted_nodes = [1, 3]
+    assert F.acceptance_by_depth([a, b]) == [1.0, 0.5]
+    _is_fig(F.accept_length_hist({"x": [1, 2, 2, 3], "y": []}))
+    _is_fig(F.depth_acceptance_figure({"x": [1.0, 0.5]}))
+    _is_fig(F.samples_hist_figure(["a", "b"], {"v": [3, 7], "s": [4, 6]}, expected=[0.35, 0.65]))
+    f = _is_fig(F.latency_curve_figure([1, 2, 4], [10.0, 11.0, 13.0]))
+    assert list(f.data[1].y) == [10.0, 20.0, 40.0]
+    _is_fig(F.latency_grid_figure([1, 4], [1, 8], [[10, 12], [20, 30]]))
+    assert F.predicted_speedup(3.0, 10.0, 15.0) == pytest.approx(2.0)
+    _is_fig(F.speedup_by_batch_figure([1, 8], [2.0, 1.2]))
+    assert "<html" in F.figure_html(F.tree_figure(a)).lower()
+
+
+# ---------------------------------------------------------------------- toy rule
+@pytest.mark.parametrize("name", list(toy.PRESETS))
+def test_toy_chain_outputs_p(name):
+    p, q = toy.PRESETS[name]
+    parts = toy.chain_rule(p, q)
+    assert np.allclose(parts.output, parts.p, atol=1e-12)
+    assert parts.alpha == pytest.approx(np.minimum(parts.p, parts.q).sum())
+    sim = toy.simulate_chain(p, q, 20000, seed=1)
+    assert toy.tv_distance(sim["counts"], parts.p) < 0.02
+    assert sim["acceptance_rate"] == pytest.approx(parts.alpha, abs=0.02)
+    _is_fig(F.toy_chain_figure(toy.TOY_VOCAB, parts))
+    _is_fig(F.toy_sim_figure(toy.TOY_VOCAB, sim["counts"], parts.p))
+
+
+def test_toy_two_candidates_outputs_p():
+    p = [0.1, 0.5, 0.2, 0.15, 0.05]
+    parts = toy.two_candidates(p, 0, 2)
+    assert np.allclose(parts.output, toy.normalise(p), atol=1e-12)
+    sim = toy.simulate_two_candidates(p, 0, 2, 20000, seed=3)
+    assert toy.tv_distance(sim["counts"], p) < 0.02
+    assert sim["accepted_first"] == pytest.approx(0.1, abs=0.01)
+    _is_fig(F.toy_two_figure(toy.TOY_VOCAB, parts))
+    with pytest.raises(ValueError):
+        toy.two_candidates(p, 1, 1)
+
+
+def test_toy_degenerate_inputs():
+    parts = toy.chain_rule([0, 0, 0], [1, 0, 0])  # all-zero p becomes uniform
+    assert np.allclose(parts.output, [1 / 3] * 3)
+    parts = toy.chain_rule([1, 0], [1, 0])  # identical: no residual
+    assert parts.alpha == pytest.approx(1.0) and parts.residual.sum() == 0
+
+
+# ---------------------------------------------------------------------- real traces
+@pytest.fixture(scope="module")
+def target():
+    from specviz.target import load_target
+
+    return load_target()
+
+
+def _real_traces(target, drafter, prompt, temperature=0.0, rounds=3):
+    from specviz.engine import SpeculativeDecoder
+    from specviz.sampling import SamplingParams
+
+    dec = SpeculativeDecoder(target, drafter, SamplingParams(temperature=temperature), seed=0)
+    dec.start(prompt, 24)
+    return [dec.step() for _ in range(rounds) if not dec.done]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_real_vanilla_trace(target, lang):
+    trs = _real_traces(target, None, "Name three colours.", temperature=0.8)
+    for tr in trs:
+        _is_fig(F.tree_figure(tr, lang=lang, selected=0))
+        _is_fig(F.mask_figure(tr, lang=lang))
+        _is_fig(F.node_pq_figure(tr, 0, lang=lang))
+        _is_fig(F.node_pq_figure(tr, F.EXTRA_ID, lang=lang))
+        _is_fig(F.walk_figure(tr, lang=lang))
+        F.walk_table(tr, lang=lang)
+    assert [s for _, s, _ in F.token_sources(trs)] == ["vanilla"] * len(trs)
+    assert F.colored_text_html(trs, lang=lang).count("<span") == len(trs)
+
+
+def test_real_pld_trace(target):
+    pytest.importorskip("specviz.verify")
+    from specviz.drafters.pld import PromptLookupDrafter
+
+    prompt = "Repeat exactly: the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the lazy dog."
+    trs = _real_traces(target, PromptLookupDrafter(), prompt, temperature=0.0, rounds=6)
+    assert any(len(tr.nodes) > 1 for tr in trs)
+    for tr in trs:
+        fig = _is_fig(F.tree_figure(tr))
+        ids = [cd[0] for d in fig.data if d.customdata is not None for cd in d.customdata]
+        assert set(ids) == {n.id for n in tr.nodes} | {F.EXTRA_ID}
+        for n in tr.nodes:
+            _is_fig(F.node_pq_figure(tr, n.id))
+        _is_fig(F.mask_figure(tr, selected=len(tr.nodes) - 1))
+        df = F.walk_table(tr)
+        assert len(df) == len(tr.steps) + 1
+    srcs = {s for _, s, _ in F.token_sources(trs)}
+    assert srcs <= {"accepted", "bonus", "greedy-correction", "resampled", "vanilla"} and "accepted" in srcs
