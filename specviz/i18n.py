@@ -110,6 +110,7 @@ S: dict[str, tuple[str, str]] = {
     "dec.start": ("Start / reset", "开始 / 重置"),
     "dec.next": ("Next round", "下一轮"),
     "dec.replay": ("Replay this round", "重放本轮"),
+    "dec.press_next": ("Prefilled. Press Next round to draft, verify and accept.", "已预填充。点击“下一轮”进行起草、验证和接受。"),
     "dec.finished": ("Generation finished (end of text or token budget).", "生成已结束（遇到结束符或达到 token 上限）。"),
     "dec.not_started": ("Press Start to tokenise the prompt and prefill the target.", "点击“开始”对提示词分词并预填充目标模型。"),
     "dec.round": ("Round {i} of {n}", "第 {i} 轮 / 共 {n} 轮"),

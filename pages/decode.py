@@ -1,0 +1,224 @@
+"""Decode round: step through single rounds, stage by stage (draft, verify, accept or correct)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from specviz import SpecVizError
+from specviz.appstate import (
+    config_key,
+    current_prompt,
+    current_method_ok,
+    get_target,
+    lang,
+    prompt_box,
+    replay_round,
+    same_trace,
+    settings,
+    start_session,
+    step_session,
+    tr,
+)
+from specviz.viz import (
+    EXTRA_ID,
+    colored_text_html,
+    figure_html,
+    legend_html,
+    mask_figure,
+    node_pq_figure,
+    tree_figure,
+    walk_figure,
+    walk_table,
+)
+
+L = lang()
+st.title(tr("dec.title"))
+st.caption(tr("dec.intro"))
+
+target = get_target()
+prompt = prompt_box("decode")
+ok, _ = current_method_ok()
+s = settings()
+
+
+def _err(e: Exception):
+    st.session_state["dec_error"] = str(e)
+
+
+def _set_round_param(n: int | None):
+    if n is None:
+        st.query_params.pop("round", None)
+    else:
+        st.query_params["round"] = str(n)
+
+
+def do_start(rounds: int = 0):
+    st.session_state.pop("dec_error", None)
+    st.session_state.pop("dec_replay", None)
+    st.session_state["sel_node"] = None
+    try:
+        sess = start_session(target, settings(), current_prompt("decode"))
+        for _ in range(rounds):
+            if sess.decoder.done:
+                break
+            step_session(sess)
+        st.session_state["dec_view"] = len(sess.decoder.traces) - 1
+        _set_round_param(len(sess.decoder.traces) or None)
+    except SpecVizError as e:
+        st.session_state.pop("dec", None)
+        _err(e)
+
+
+def do_next():
+    sess = st.session_state.get("dec")
+    st.session_state.pop("dec_replay", None)
+    st.session_state["sel_node"] = None
+    if sess is None:
+        return do_start(1)
+    try:
+        if sess.decoder.done:
+            raise SpecVizError(tr("dec.finished"))
+        # stepping from an earlier viewed round continues from the end
+        step_session(sess)
+        st.session_state["dec_view"] = len(sess.decoder.traces) - 1
+        _set_round_param(len(sess.decoder.traces))
+    except SpecVizError as e:
+        _err(e)
+
+
+def do_replay():
+    sess = st.session_state.get("dec")
+    if sess is None or not sess.decoder.traces:
+        return
+    i = st.session_state.get("dec_view", len(sess.decoder.traces) - 1)
+    old = sess.decoder.traces[i]
+    try:
+        new = replay_round(sess, i)
+    except SpecVizError as e:
+        return _err(e)
+    st.session_state["dec_replay"] = (i, same_trace(old, new))
+    st.session_state["dec_view"] = i
+    _set_round_param(i + 1)
+
+
+# ---------------------------------------------------------------- deep link: ?round=N reopens a round
+if target is not None and ok and not st.session_state.get("_deep_link_done"):
+    st.session_state["_deep_link_done"] = True
+    want = st.query_params.get("round")
+    if want and want.isdigit() and int(want) > 0 and "dec" not in st.session_state:
+        with st.spinner("…"):
+            do_start(min(int(want), 256))
+
+sess = st.session_state.get("dec")
+stale = sess is not None and sess.key != config_key(s, current_prompt("decode"))
+
+b = st.columns([1, 1, 1, 3])
+b[0].button(tr("dec.start"), on_click=do_start, type="primary" if sess is None or stale else "secondary", disabled=target is None or not ok, key="dec_start")
+b[1].button(tr("dec.next"), on_click=do_next, type="primary" if sess is not None and not stale else "secondary",
+            disabled=target is None or not ok or stale or (sess is not None and sess.decoder.done), key="dec_next")
+b[2].button(tr("dec.replay"), on_click=do_replay, disabled=sess is None or stale or not sess.decoder.traces, key="dec_replay_btn")
+
+if st.session_state.get("dec_error"):
+    st.error(tr("c.error", err=st.session_state["dec_error"]))
+    st.session_state.pop("dec_error")
+
+if sess is None:
+    st.info(tr("dec.not_started"))
+    st.stop()
+if stale:
+    st.info(tr("dec.not_started"))
+
+traces = sess.decoder.traces
+if not traces:
+    st.info(tr("dec.press_next"))
+    st.stop()
+if sess.decoder.done:
+    st.success(tr("dec.finished"))
+
+n = len(traces)
+view = min(max(0, st.session_state.get("dec_view", n - 1)), n - 1)
+if n > 1:
+    view = st.slider(tr("dec.pick_round"), 1, n, view + 1, key=f"dec_pick_{n}") - 1
+    st.session_state["dec_view"] = view
+trace = traces[view]
+if st.session_state.get("dec_replay") and st.session_state["dec_replay"][0] == view:
+    same = st.session_state["dec_replay"][1]
+    (st.success if same else st.error)(tr("dec.replayed", i=view + 1, same=tr("home.yes") if same else tr("home.no")))
+
+st.subheader(tr("dec.round", i=view + 1, n=n))
+st.caption(tr("dec.timing", d=1000 * trace.draft_time_s, v=1000 * trace.verify_time_s, tt=1000 * trace.total_time_s)
+           + f" · {trace.method} · " + tr("rule." + trace.rule))
+
+stage = st.radio(tr("dec.stage"), ["draft", "verify", "accept"], horizontal=True, key="dec_stage",
+                 format_func=lambda k: tr("dec.stage_" + k))
+max_depth = max(nd.depth for nd in trace.nodes)
+sel = st.session_state.get("sel_node")
+if sel is not None and sel != EXTRA_ID and sel >= len(trace.nodes):
+    sel = None
+
+
+def tree_chart(fig, key):
+    ev = st.plotly_chart(fig, key=key, on_select="rerun", selection_mode="points", config={"displaylogo": False})
+    try:
+        pts = ev.selection.points if ev is not None else []
+    except AttributeError:
+        pts = []
+    if pts:
+        cd = pts[0].get("customdata")
+        if cd is not None:
+            node = int(cd[0] if isinstance(cd, (list, tuple)) else cd)
+            if node != st.session_state.get("sel_node"):
+                st.session_state["sel_node"] = node
+                st.rerun()
+    return fig
+
+
+left, right = st.columns([3, 2])
+with left:
+    if stage == "draft":
+        if len(trace.nodes) == 1:
+            st.info(tr("dec.no_draft"))
+            fig = tree_chart(tree_figure(trace, L, reveal=False), f"tree_draft_{view}")
+        else:
+            lvl = st.slider(tr("dec.grow"), 1, max_depth, max_depth, key=f"grow_{view}") if max_depth > 1 else 1
+            st.caption(tr("dec.draft_text", n=len(trace.nodes) - 1, ms=1000 * trace.draft_time_s, d=max_depth))
+            fig = tree_chart(tree_figure(trace, L, selected=sel, max_depth=lvl, reveal=False), f"tree_draft_{view}_{lvl}")
+    elif stage == "verify":
+        st.caption(tr("dec.verify_text", n=len(trace.nodes), L=trace.prefix_len, ms=1000 * trace.verify_time_s))
+        fig = tree_chart(tree_figure(trace, L, selected=sel, reveal=False), f"tree_verify_{view}")
+    else:
+        fig = tree_chart(tree_figure(trace, L, selected=sel), f"tree_accept_{view}")
+    st.caption(tr("dec.click"))
+with right:
+    if sel is not None:
+        st.markdown(f"**{tr('dec.selected', id='★' if sel == EXTRA_ID else sel)}**")
+        st.plotly_chart(node_pq_figure(trace, sel, L), key=f"pq_{view}_{sel}", config={"displaylogo": False})
+        st.caption(tr("pq.top_note"))
+    else:
+        st.plotly_chart(node_pq_figure(trace, 0, L), key=f"pq_{view}_root", config={"displaylogo": False})
+        st.caption(tr("pq.top_note"))
+
+if stage == "verify":
+    mfig = mask_figure(trace, L, selected=sel if sel is not None and sel >= 0 else None)
+    st.plotly_chart(mfig, key=f"mask_{view}", config={"displaylogo": False})
+    st.download_button(tr("c.download_html") + " (mask)", lambda: figure_html(mfig), file_name=f"round{view + 1}_mask.html", mime="text/html", key="dl_mask")
+elif stage == "accept":
+    acc = len(trace.accepted_nodes)
+    st.markdown(tr("dec.accept_text", rule=tr("rule." + trace.rule), a=acc, tok=trace.extra_text.replace("\n", "↵"),
+                   src=tr("source." + trace.extra_source), c=len(trace.committed)))
+    if trace.steps:
+        st.plotly_chart(walk_figure(trace, L), key=f"walk_{view}", config={"displaylogo": False})
+    else:
+        st.caption(tr("dec.no_steps"))
+    st.dataframe(walk_table(trace, L), hide_index=True, width="stretch")
+
+st.subheader(tr("dec.text_so_far"))
+st.html(colored_text_html(traces[: view + 1], L, by_round=True))
+with st.expander(tr("home.legend")):
+    st.html(legend_html(L))
+    st.html(colored_text_html(traces[: view + 1], L))
+
+d = st.columns(3)
+d[0].download_button(tr("c.download_json"), trace.to_json(), file_name=f"specviz_round{view + 1}.json", mime="application/json", key="dl_json")
+d[1].download_button(tr("c.download_html") + " (tree)", lambda: figure_html(fig), file_name=f"round{view + 1}_tree.html", mime="text/html", key="dl_tree")
+d[2].caption(tr("dec.link_help"))

@@ -1,0 +1,93 @@
+"""Home: the idea in one paragraph, then generate with the chosen method and measure it."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from specviz import SpecVizError
+from specviz.appstate import (
+    current_method_ok,
+    current_prompt,
+    device_name,
+    get_target,
+    lang,
+    method_label,
+    prompt_box,
+    run_generation,
+    settings,
+    tr,
+)
+from specviz.viz import colored_text_html, legend_html
+
+st.title(tr("home.title"))
+st.markdown(tr("home.idea"))
+
+target = get_target()
+prompt = prompt_box("home")
+ok, _ = current_method_ok()
+
+
+def _generate():
+    s = settings()
+    try:
+        bar = st.progress(0.0, text=tr("home.running", method=method_label(s["method"])))
+        res = run_generation(target, s, current_prompt("home"), s["method"],
+                             progress=lambda n, total: bar.progress(min(1.0, n / total), text=tr("home.running", method=method_label(s["method"]))))
+        if s["method"] == "vanilla":
+            van = res
+        else:
+            bar.progress(0.0, text=tr("home.running_vanilla"))
+            van = run_generation(target, s, current_prompt("home"), "vanilla",
+                                 progress=lambda n, total: bar.progress(min(1.0, n / total), text=tr("home.running_vanilla")))
+        bar.empty()
+    except SpecVizError as e:
+        st.session_state["home_error"] = str(e)
+        st.session_state.pop("home_result", None)
+        return
+    st.session_state.pop("home_error", None)
+    st.session_state["home_result"] = {
+        "method": s["method"],
+        "greedy": float(s["temperature"]) == 0,
+        "dtype": s["dtype"],
+        "traces": res.traces,
+        "text": res.text,
+        "tau": res.tau,
+        "tps": res.tokens_per_s,
+        "tokens": len(res.tokens),
+        "rounds": res.rounds,
+        "seconds": res.seconds,
+        "vanilla_tps": van.tokens_per_s,
+        "vanilla_tokens": van.tokens,
+        "identical": van.tokens == res.tokens,
+        "draft_ms": 1000 * sum(tc.draft_time_s for tc in res.traces) / max(1, res.rounds),
+    }
+    # shared with the "Why it is free" page (its prediction uses the measured tau and draft cost)
+    st.session_state["last_run"] = {"method": s["method"], "tau": res.tau, "draft_ms": st.session_state["home_result"]["draft_ms"]}
+
+
+if st.button(tr("c.generate"), type="primary", disabled=target is None or not ok, key="home_generate"):
+    if target is not None:
+        _generate()
+
+if st.session_state.get("home_error"):
+    st.error(tr("c.error", err=st.session_state["home_error"]))
+
+r = st.session_state.get("home_result")
+if r:
+    st.subheader(tr("home.result") + f" · {method_label(r['method'])}")
+    c = st.columns(5)
+    c[0].metric(tr("c.tau"), f"{r['tau']:.2f}")
+    c[1].metric(tr("c.tokens_per_s"), f"{r['tps']:.1f}")
+    c[2].metric(tr("c.vanilla_tps"), f"{r['vanilla_tps']:.1f}")
+    c[3].metric(tr("c.speedup"), f"{r['tps'] / r['vanilla_tps']:.2f}x" if r["vanilla_tps"] else "–")
+    c[4].metric(tr("c.rounds"), f"{r['rounds']}")
+    st.caption(tr("home.legend"))
+    st.html(legend_html(lang()))
+    st.html(colored_text_html(r["traces"], lang()))
+    if r["greedy"]:
+        st.caption(tr("home.vanilla_same", same=tr("home.yes") if r["identical"] else tr("home.no")))
+        if not r["identical"]:
+            st.warning(tr("home.greedy_diff"))
+    else:
+        st.caption(tr("home.differs_note"))
+    st.caption(tr("c.measured_note", device=device_name()) + f" · {r['dtype']} · {r['tokens']} tokens in {r['seconds']:.2f} s")

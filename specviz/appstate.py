@@ -1,0 +1,328 @@
+"""Streamlit glue: the shared model (cached once per process), the method registry with
+availability notes, per-session decoder state, and deep links.
+
+Everything mutable that belongs to one browser session lives in `st.session_state`; the model
+and drafter heads are loaded once by `st.cache_resource` and only read afterwards.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass
+
+import streamlit as st
+import torch
+
+from . import SpecVizError
+from .i18n import t
+
+METHODS = ["vanilla", "pld", "sps", "medusa", "eagle1", "eagle2", "eagle3"]
+EAGLE = ["eagle1", "eagle2", "eagle3"]
+# module in specviz/drafters/ expected to provide each trained method
+_MODULES = {"sps": "sps", "medusa": "medusa", "eagle1": "eagle", "eagle2": "eagle", "eagle3": "eagle"}
+
+EXAMPLES = [
+    "Explain in two sentences why the sky is blue.",
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "Summarise: The cat sat on the mat. The cat was happy on the mat because the mat was warm.",
+    "List the planets of the solar system in order from the Sun.",
+    "用一句话解释什么是机器学习。",
+]
+
+DEFAULTS = {
+    "lang": "en",
+    "dtype": "fp32",
+    "method": "pld",
+    "temperature": 0.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "seed": 0,
+    "max_new": 48,
+    "depth": 5,
+    "tree_topk": 4,
+    "total_tokens": 16,
+    "pld_ngram": 3,
+    "pld_tokens": 8,
+    }
+
+
+# ---------------------------------------------------------------------- language
+def lang() -> str:
+    return st.session_state.get("lang", "en")
+
+
+def tr(key: str, **fmt) -> str:
+    return t(key, lang(), **fmt)
+
+
+# ---------------------------------------------------------------------- model
+@st.cache_resource(show_spinner=False, max_entries=2)
+def _load_target(dtype_name: str):
+    from .target import load_target
+
+    dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
+    return load_target(None, dtype=dtype)
+
+
+def get_target():
+    """The shared target model, or None after showing an inline error."""
+    try:
+        with st.spinner("Loading the model…" if lang() == "en" else "正在加载模型……"):
+            return _load_target(st.session_state.get("dtype", "fp32"))
+    except SpecVizError as e:
+        st.error(tr("sb.model_error", err=e))
+    except Exception as e:  # noqa: BLE001 - a broken install must not show a traceback
+        st.error(tr("sb.model_error", err=f"{type(e).__name__}: {e}"))
+    return None
+
+
+def device_name() -> str:
+    import os
+    import platform
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU threads, torch {torch.get_num_threads()} threads"
+
+
+# ---------------------------------------------------------------------- methods
+def _verify_available() -> bool:
+    try:
+        importlib.import_module("specviz.verify")
+        return True
+    except ImportError:
+        return False
+
+
+def _factory(method: str):
+    """The function that builds a trained drafter, if this build has one.
+
+    Contract looked for (first match wins): `specviz.drafters.build(method, target, **settings)`
+    or `specviz.drafters.<module>.build_drafter(method, target, **settings)`; either raises
+    SpecVizError / FileNotFoundError when the head is not there.
+    """
+    try:
+        pkg = importlib.import_module("specviz.drafters")
+        if callable(getattr(pkg, "build", None)):
+            return pkg.build
+    except ImportError:
+        pass
+    try:
+        mod = importlib.import_module(f"specviz.drafters.{_MODULES[method]}")
+    except ImportError:
+        return None
+    for name in ("build_drafter", "build", "make_drafter"):
+        if callable(getattr(mod, name, None)):
+            return getattr(mod, name)
+    return None
+
+
+@st.cache_resource(ttl=120, show_spinner=False)
+def method_status(method: str, dtype_name: str = "fp32") -> tuple[bool, str]:
+    """(available, note key or message). Cached for two minutes so a newly trained head shows
+    up without restarting the app."""
+    if method == "vanilla":
+        return True, ""
+    if not _verify_available():
+        return False, "note.verify_missing"
+    if method == "pld":
+        return True, ""
+    fac = _factory(method)
+    if fac is None:
+        return False, "note.drafter_missing" if method not in EAGLE else "note.head_missing"
+    try:
+        fac(method, _load_target(dtype_name), **tree_settings_for(method, DEFAULTS))
+        return True, ""
+    except (SpecVizError, FileNotFoundError, OSError) as e:
+        return False, "note.head_missing" if "train" in str(e).lower() or isinstance(e, (FileNotFoundError, OSError)) else str(e)
+    except Exception as e:  # noqa: BLE001 - a half-written drafter is reported, not raised
+        return False, f"{type(e).__name__}: {e}"
+
+
+def status_note(note: str) -> str:
+    return tr(note) if note.startswith("note.") else note
+
+
+def method_label(method: str) -> str:
+    return tr("m." + method)
+
+
+def tree_settings_for(method: str, s: dict) -> dict:
+    if method == "pld":
+        return {"max_ngram": int(s["pld_ngram"]), "num_tokens": int(s["pld_tokens"])}
+    if method in ("eagle2", "eagle3"):
+        return {"depth": int(s["depth"]), "top_k": int(s["tree_topk"]), "total_tokens": int(s["total_tokens"])}
+    if method in ("sps",):
+        return {"depth": int(s["depth"])}
+    return {}
+
+
+def make_drafter(method: str, target, settings: dict):
+    """A fresh drafter for one decoder (drafters keep per-sequence state)."""
+    if method == "vanilla":
+        from .drafters.base import NoDraft
+
+        return NoDraft()
+    ok, note = method_status(method, settings.get("dtype", "fp32"))
+    if not ok:
+        raise SpecVizError(tr("note.unavailable_method", method=method_label(method), note=status_note(note)))
+    if method == "pld":
+        from .drafters.pld import PromptLookupDrafter
+
+        ts = tree_settings_for("pld", settings)
+        try:
+            return PromptLookupDrafter(max_ngram=ts["max_ngram"], min_ngram=1, num_tokens=ts["num_tokens"])
+        except ValueError as e:
+            raise SpecVizError(str(e)) from e
+    return _factory(method)(method, target, **tree_settings_for(method, settings))
+
+
+# ---------------------------------------------------------------------- settings
+def settings() -> dict:
+    """The current sidebar settings (defaults where a widget has not rendered yet)."""
+    return {k: st.session_state.get(k, v) for k, v in DEFAULTS.items()}
+
+
+def sampling_params(s: dict):
+    from .sampling import SamplingParams
+
+    return SamplingParams(temperature=float(s["temperature"]), top_k=int(s["top_k"]), top_p=float(s["top_p"]))
+
+
+def check_prompt(prompt: str | None) -> str:
+    if prompt is None or not str(prompt).strip():
+        raise SpecVizError(tr("c.empty_prompt"))
+    return str(prompt)
+
+
+# ---------------------------------------------------------------------- per-session decoder
+@dataclass
+class Session:
+    """One sequence being stepped on the Decode page."""
+
+    key: tuple
+    decoder: object
+    snaps: list  # snapshot before round i
+    prompt: str
+    method: str
+    seed: int
+
+
+def config_key(s: dict, prompt: str) -> tuple:
+    return (s["dtype"], s["method"], tuple(sorted(tree_settings_for(s["method"], s).items())),
+            float(s["temperature"]), int(s["top_k"]), float(s["top_p"]), int(s["seed"]), int(s["max_new"]), prompt)
+
+
+def start_session(target, s: dict, prompt: str) -> Session:
+    from .engine import SpeculativeDecoder
+
+    prompt = check_prompt(prompt)
+    params = sampling_params(s)
+    drafter = make_drafter(s["method"], target, s)
+    dec = SpeculativeDecoder(target, drafter, params, seed=int(s["seed"]))
+    dec.start(prompt, int(s["max_new"]))
+    sess = Session(config_key(s, prompt), dec, [], prompt, s["method"], int(s["seed"]))
+    st.session_state["dec"] = sess
+    return sess
+
+
+def step_session(sess: Session):
+    dec = sess.decoder
+    sess.snaps = sess.snaps[: len(dec.traces)]
+    sess.snaps.append(dec.snapshot())
+    return dec.step()
+
+
+def replay_round(sess: Session, i: int):
+    """Rewind to just before round i and run it again; later rounds are dropped."""
+    dec = sess.decoder
+    dec.restore(sess.snaps[i])
+    sess.snaps = sess.snaps[: i + 1]
+    return dec.step()
+
+
+def same_trace(a, b) -> bool:
+    """Traces equal up to timings."""
+    import json
+
+    da, db = json.loads(a.to_json()), json.loads(b.to_json())
+    for d in (da, db):
+        for k in ("draft_time_s", "verify_time_s", "total_time_s"):
+            d.pop(k, None)
+    return da == db
+
+
+# ---------------------------------------------------------------------- generation runs
+def run_generation(target, s: dict, prompt: str, method: str, progress=None):
+    """Generate with `method` (detail off for fair timing); token texts filled afterwards."""
+    from .engine import SpeculativeDecoder
+
+    prompt = check_prompt(prompt)
+    dec = SpeculativeDecoder(target, make_drafter(method, target, s), sampling_params(s), seed=int(s["seed"]), detail=False)
+    res = dec.generate(prompt, int(s["max_new"]), progress=progress)
+    tok = target.tokenizer
+    for trc in res.traces:
+        trc.committed_text = [tok.token_text(x) for x in trc.committed]
+        trc.extra_text = tok.token_text(trc.extra_token)
+    return res
+
+
+def timed(fn, *a, **kw):
+    t0 = time.perf_counter()
+    out = fn(*a, **kw)
+    return out, time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------- small UI helpers
+def _prompt_key(page: str) -> str:
+    return f"prompt_{page}"
+
+
+def _init_prompt() -> None:
+    if "prompt_text" not in st.session_state:
+        qp = st.query_params.get("prompt")
+        st.session_state["prompt_text"] = qp if qp else EXAMPLES[0]
+
+
+def current_prompt(page: str | None = None) -> str:
+    """The prompt as the user last typed it (a widget's new value wins inside callbacks)."""
+    _init_prompt()
+    if page is not None and _prompt_key(page) in st.session_state:
+        st.session_state["prompt_text"] = st.session_state[_prompt_key(page)]
+    return st.session_state["prompt_text"]
+
+
+def _sync_prompt(page: str) -> None:
+    st.session_state["prompt_text"] = st.session_state.get(_prompt_key(page), "")
+
+
+def set_prompt(text: str, page: str) -> None:
+    st.session_state["prompt_text"] = text
+    st.session_state[_prompt_key(page)] = text
+
+
+def prompt_box(page: str) -> str:
+    """Prompt text area shared by the pages: one session value, carried in the URL (?prompt=)."""
+    _init_prompt()
+    key = _prompt_key(page)
+    st.session_state[key] = st.session_state["prompt_text"]
+    st.text_area(tr("c.prompt"), key=key, height=90, max_chars=4000, on_change=_sync_prompt, args=(page,))
+    cols = st.columns([4, 1])
+    with cols[0]:
+        ex = st.selectbox(tr("c.examples"), ["—"] + EXAMPLES, key=f"ex_{page}")
+    with cols[1]:
+        st.write("")
+        st.button("↑ " + tr("c.prompt"), key=f"use_ex_{page}", disabled=ex == "—", on_click=set_prompt, args=(ex, page))
+    text = st.session_state["prompt_text"]
+    if st.query_params.get("prompt") != text:
+        st.query_params["prompt"] = text
+    return text
+
+
+def current_method_ok() -> tuple[bool, str]:
+    s = settings()
+    ok, note = method_status(s["method"], s["dtype"])
+    if not ok:
+        st.warning(tr("note.unavailable_method", method=method_label(s["method"]), note=status_note(note)))
+    return ok, note
