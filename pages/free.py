@@ -1,0 +1,100 @@
+"""Why it is free: target forward latency vs tokens per pass, and how batching eats the gain."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from specviz import SpecVizError
+from specviz.appstate import device_name, get_target, lang, measure_forward, method_label, tr
+from specviz.viz import figure_html, latency_curve_figure, latency_grid_figure, predicted_speedup, speedup_by_batch_figure
+
+L = lang()
+st.title(tr("free.title"))
+st.markdown(tr("free.intro"))
+target = get_target()
+if target is None:
+    st.stop()
+
+c = st.columns(3)
+ctx = c[0].select_slider(tr("free.context"), [16, 64, 128, 256, 512], value=128, key="free_ctx")
+reps = c[1].number_input(tr("free.repeats"), 1, 20, 5, key="free_reps")
+N_LIST = [1, 2, 4, 8, 16, 32, 64]
+
+
+def run_curve():
+    bar = st.progress(0.0)
+    try:
+        st.session_state["free_curve"] = {"ctx": ctx, "rows": measure_forward(target, N_LIST, int(ctx), 1, int(reps), progress=bar.progress),
+                                          "device": device_name(), "dtype": st.session_state.get("dtype", "fp32")}
+    except SpecVizError as e:
+        st.error(tr("c.error", err=e))
+    bar.empty()
+
+
+if c[2].button(tr("free.measure"), type="primary", key="free_measure"):
+    run_curve()
+
+cur = st.session_state.get("free_curve")
+if cur:
+    rows = cur["rows"]
+    ns, ms = [r["n"] for r in rows], [r["ms"] for r in rows]
+    fig = latency_curve_figure(ns, ms, L)
+    st.plotly_chart(fig, key="free_curve_fig", config={"displaylogo": False})
+    st.caption(" · ".join(tr("free.ratio", n=r["n"], r=r["ms"] / ms[0]) for r in rows if r["n"] in (4, 16, 64)))
+    st.caption(tr("c.measured_note", device=cur["device"]) + f" · {cur['dtype']} · context {cur['ctx']}")
+    st.dataframe(pd.DataFrame(rows).round(2), hide_index=True)
+    st.download_button(tr("c.download_html"), lambda: figure_html(fig), file_name="latency_vs_tokens.html", mime="text/html", key="dl_free")
+    last = st.session_state.get("last_run")
+    st.markdown(f"**{tr('free.draft_cost')}**")
+    if last:
+        st.caption(tr("free.draft_measured", ms=last["draft_ms"], method=method_label(last["method"]))
+                   + f" = {last['draft_ms'] / ms[0]:.2f} × t(1)")
+    else:
+        st.caption(tr("free.no_run"))
+
+st.divider()
+st.subheader(tr("free.grid"))
+g = st.columns(3)
+batches = g[0].multiselect(tr("free.batch_axis"), [1, 2, 4, 8, 16], default=[1, 2, 4, 8], key="free_batches")
+n_tree = g[1].select_slider(tr("free.tree_n"), [2, 4, 8, 16, 32], value=8, key="free_n")
+
+
+def run_grid():
+    bar = st.progress(0.0)
+    res = {}
+    bs = sorted(batches)
+    try:
+        for k, b in enumerate(bs):
+            res[b] = measure_forward(target, [1, int(n_tree)], 64, b, max(1, int(reps) // 2 + 1),
+                                     progress=lambda f, k=k: bar.progress((k + f) / len(bs)))
+    except (SpecVizError, RuntimeError) as e:
+        st.error(tr("c.error", err=e))
+        bar.empty()
+        return
+    bar.empty()
+    st.session_state["free_grid"] = {"batches": bs, "n": int(n_tree), "res": res, "device": device_name()}
+
+
+if g[2].button(tr("free.grid"), key="free_grid_btn", disabled=not batches):
+    run_grid()
+
+grid = st.session_state.get("free_grid")
+if grid:
+    bs, n = grid["batches"], grid["n"]
+    ms = [[r["ms"] for r in grid["res"][b]] for b in bs]
+    st.plotly_chart(latency_grid_figure(bs, [1, n], ms, L), key="free_grid_fig", config={"displaylogo": False})
+    last = st.session_state.get("last_run")
+    default_tau = float(round(last["tau"], 2)) if last else 1.0
+    tau = st.number_input(tr("free.tau_input"), 1.0, float(n), min(default_tau, float(n)), 0.05, key="free_tau")
+    if last:
+        st.caption(tr("free.tau_from", tau=last["tau"], method=method_label(last["method"])))
+    else:
+        st.caption(tr("free.no_run"))
+    draft_ms = last["draft_ms"] if last else 0.0
+    sp = [predicted_speedup(tau, row[0], row[1], draft_ms) for row in ms]
+    st.plotly_chart(speedup_by_batch_figure(bs, sp, L), key="free_speedup_fig", config={"displaylogo": False})
+    st.caption(tr("free.predicted"))
+    st.dataframe(pd.DataFrame({"B": bs, "t(B,1) ms": [round(r[0], 2) for r in ms], f"t(B,{n}) ms": [round(r[1], 2) for r in ms],
+                               "speedup": [round(x, 3) for x in sp]}), hide_index=True)
+    st.caption(tr("c.measured_note", device=grid["device"]) + " · context 64")
