@@ -213,6 +213,10 @@ S: dict[str, tuple[str, str]] = {
         "Speculative sampling must produce exactly the target's distribution. Two checks: the exact output distribution of one round, computed by enumerating every path of the acceptance walk, compared with the target's p; and an empirical test drawing many samples with vanilla and with speculative decoding.",
         "推测采样必须精确地产生目标模型的分布。两种检查：一是枚举接受过程的所有路径，精确计算一轮的输出分布并与目标 p 比较；二是分别用普通解码和推测解码大量采样进行经验检验。",
     ),
+    "loss.prompt_hint": (
+        "A prompt with many plausible answers (high entropy) shows differences best; at horizon 1 some drafters propose nothing to check.",
+        "可能答案很多（高熵）的提示词最能显示差异；长度为 1 时部分草稿器没有可检查的草稿。",
+    ),
     "loss.samples": ("Samples", "样本数"),
     "loss.horizon": ("Horizon (tokens)", "长度（token）"),
     "loss.variant": ("Acceptance rule", "接受规则"),
