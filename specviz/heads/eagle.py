@@ -1,0 +1,250 @@
+"""EAGLE-1 and EAGLE-3 draft heads (the public SafeAILab/EAGLE architecture and key names).
+
+EAGLE-1/2: `x = fc(cat(embed(t_{i+1}), f_i))`, one Llama decoder layer without input norm;
+its output is a predicted feature, turned into logits by the target's own LM head.
+
+EAGLE-3: `g = fc(cat(low, mid, high))`; the layer's attention input is
+`cat(input_layernorm(embed(t)), hidden_norm(g))` (2H wide) with residual g; logits come from
+the head's own `lm_head(norm(x))` over a reduced draft vocabulary, mapped back with
+`target_id = draft_id + d2t[draft_id]`. At later steps the head's own output replaces g.
+
+The embedding (and EAGLE-1's LM head) are the target's: `bind()` attaches them; they are never
+part of the head's state dict.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..config import ModelConfig, rope_inv_freq
+from .layers import MLP, Attention, RMSNorm, Rotary, block_mask
+
+
+def _mcfg(c: dict) -> ModelConfig:
+    hidden = c["hidden_size"]
+    nh = c["num_attention_heads"]
+    return ModelConfig(
+        vocab_size=c["vocab_size"],
+        hidden_size=hidden,
+        intermediate_size=c["intermediate_size"],
+        n_layers=1,
+        n_heads=nh,
+        n_kv_heads=c.get("num_key_value_heads") or nh,
+        head_dim=c.get("head_dim") or hidden // nh,
+        rope_theta=float(c.get("rope_theta", 10000.0)),
+        rms_eps=float(c.get("rms_norm_eps", 1e-5)),
+        rope_scaling=c.get("rope_scaling") if (c.get("rope_scaling") or {}).get("rope_type", "default") == "llama3" else None,
+    )
+
+
+def head_config_from_target(tcfg: ModelConfig, **extra) -> dict:
+    """A Llama-style config.json for a one-layer head on top of `tcfg`."""
+    d = dict(
+        architectures=["LlamaForCausalLM"],
+        model_type="llama",
+        hidden_size=tcfg.hidden_size,
+        intermediate_size=tcfg.intermediate_size,
+        num_attention_heads=tcfg.n_heads,
+        num_key_value_heads=tcfg.n_kv_heads,
+        head_dim=tcfg.head_dim,
+        num_hidden_layers=1,
+        rms_norm_eps=tcfg.rms_eps,
+        rope_theta=tcfg.rope_theta,
+        max_position_embeddings=tcfg.max_position,
+        vocab_size=tcfg.vocab_size,
+        tie_word_embeddings=False,
+        torch_dtype="float16",
+    )
+    if tcfg.rope_scaling:
+        d["rope_scaling"] = dict(tcfg.rope_scaling)
+    d.update(extra)
+    return d
+
+
+class _Eagle1Layer(nn.Module):
+    def __init__(self, m: ModelConfig):
+        super().__init__()
+        H = m.hidden_size
+        self.self_attn = Attention(H, H, m.n_heads, m.n_kv_heads, m.head_dim)
+        self.mlp = MLP(H, m.intermediate_size)
+        self.post_attention_layernorm = RMSNorm(H, m.rms_eps)
+
+
+class _Eagle3Layer(nn.Module):
+    def __init__(self, m: ModelConfig):
+        super().__init__()
+        H = m.hidden_size
+        self.self_attn = Attention(2 * H, H, m.n_heads, m.n_kv_heads, m.head_dim)
+        self.mlp = MLP(H, m.intermediate_size)
+        self.hidden_norm = RMSNorm(H, m.rms_eps)
+        self.input_layernorm = RMSNorm(H, m.rms_eps)
+        self.post_attention_layernorm = RMSNorm(H, m.rms_eps)
+
+
+class EagleHeadBase(nn.Module):
+    method = "eagle"
+
+    def __init__(self, config: dict):
+        super().__init__()
+        self.config = dict(config)
+        self.m = _mcfg(config)
+        self.rotary = Rotary(rope_inv_freq(self.m))
+        self._embed = None
+        self._lm_head = None
+
+    @property
+    def hidden_size(self):
+        return self.m.hidden_size
+
+    def bind(self, embed: torch.Tensor, lm_head: torch.Tensor | None = None):
+        """Attach the target's embedding (and LM head) without making them parameters."""
+        self._embed = embed
+        self._lm_head = embed if lm_head is None else lm_head
+        return self
+
+    def embed(self, tokens):
+        return F.embedding(tokens, self._embed).to(self.fc.weight.dtype)
+
+    # per-architecture pieces -------------------------------------------------
+    def layer_qkv(self, emb, hidden, cos, sin):
+        raise NotImplementedError
+
+    def layer_post(self, attn_out, residual):
+        raise NotImplementedError
+
+    # uses --------------------------------------------------------------------
+    def forward_seq(self, tokens, hidden, positions):
+        """One causal pass over sequences: tokens [B, T] (the token after each feature), hidden [B, T, *]."""
+        emb = self.embed(tokens)
+        cos, sin = self.rotary(positions, emb.dtype)
+        q, k, v, res, lay = self.layer_qkv(emb, hidden, cos, sin)
+        return self.layer_post(lay.self_attn.attend(q, k, v, causal=True), res)
+
+    def unroll(self, tokens_by_step, hidden0, positions0, steps: int, start=None):
+        """Training-time test: step j feeds step j-1's output back (teacher-forced tokens).
+
+        tokens_by_step[j] [B, T]: the token paired with index t at step j (t + 1 + j in the
+        sequence); positions of step j are positions0 + j. Step 0 runs over all T indices; with
+        `start` [B] the later steps only run for indices start_b.. (the anchors that matter,
+        e.g. the response), saving the prompt's share of the work. Returns (outputs, idx): step 0
+        output [B, T, H], later ones [B, W, H] for the indices idx [B, W] (None without start).
+        """
+        B, T = tokens_by_step[0].shape
+        emb = self.embed(tokens_by_step[0])
+        cos, sin = self.rotary(positions0, emb.dtype)
+        q, k, v, res, lay = self.layer_qkv(emb, hidden0, cos, sin, first=True)
+        ks, vs = [k], [v]
+        out = self.layer_post(lay.self_attn.attend_ttt(q, ks, vs), res)
+        outs = [out]
+        idx = None
+        if steps > 1 and start is not None:
+            W = int((T - start.clamp(max=T - 1)).max())
+            idx = (start[:, None] + torch.arange(W, device=start.device)[None]).clamp(max=T - 1)
+            g = lambda x: x.gather(1, idx) if x.dim() == 2 else x.gather(1, idx[..., None].expand(-1, -1, x.shape[-1]))
+            hidden = g(out)
+            pos = g(positions0)
+        else:
+            g = lambda x: x
+            hidden, pos = out, positions0
+        for j in range(1, steps):
+            emb = self.embed(g(tokens_by_step[j]))
+            cos, sin = self.rotary(pos + j, emb.dtype)
+            q, k, v, res, lay = self.layer_qkv(emb, hidden, cos, sin, first=False)
+            ks.append(k)
+            vs.append(v)
+            out = self.layer_post(lay.self_attn.attend_ttt(q, ks, vs, q_idx=idx), res)
+            outs.append(out)
+            hidden = out
+        return outs, idx
+
+    def forward_cached(self, tokens, hidden, positions, cache, block=None, first=True):
+        """Drafting: T new entries after the head's committed cache; `block` [T, T] tree mask."""
+        emb = self.embed(tokens)
+        cos, sin = self.rotary(positions, emb.dtype)
+        q, k, v, res, lay = self.layer_qkv(emb, hidden, cos, sin, first=first)
+        keys, vals = cache.write(k, v)
+        T = tokens.shape[1]
+        mask = block_mask(cache.length, block, T, tokens.device)
+        return self.layer_post(lay.self_attn.attend(q, keys, vals, mask=mask), res)
+
+
+class Eagle1Head(EagleHeadBase):
+    """EAGLE-1/2 head. State keys: fc.weight/bias, layers.0.{self_attn,mlp,post_attention_layernorm}.*"""
+
+    method = "eagle1"
+
+    def __init__(self, config: dict):
+        super().__init__(config)
+        H = self.m.hidden_size
+        self.fc = nn.Linear(2 * H, H, bias=bool(config.get("bias", True)))
+        self.layers = nn.ModuleList([_Eagle1Layer(self.m)])
+
+    def layer_qkv(self, emb, hidden, cos, sin, first=True):
+        x = self.fc(torch.cat([emb, hidden.to(emb.dtype)], dim=-1))
+        lay = self.layers[0]
+        q, k, v = lay.self_attn.qkv(x, cos, sin)
+        return q, k, v, x, lay
+
+    def layer_post(self, attn_out, residual):
+        lay = self.layers[0]
+        h = residual + attn_out
+        return h + lay.mlp(lay.post_attention_layernorm(h))
+
+    def logits(self, out, vocab_ids=None):
+        """Target-vocab logits of predicted features (optionally only for `vocab_ids`)."""
+        w = self._lm_head if vocab_ids is None else self._lm_head[vocab_ids]
+        return F.linear(out, w.to(out.dtype))
+
+
+class Eagle3Head(EagleHeadBase):
+    """EAGLE-3 head. State keys: fc.weight, midlayer.*, norm.weight, lm_head.weight, d2t, t2d."""
+
+    method = "eagle3"
+
+    def __init__(self, config: dict):
+        super().__init__(config)
+        H = self.m.hidden_size
+        Vd = int(config.get("draft_vocab_size") or config["vocab_size"])
+        self.draft_vocab_size = Vd
+        tdim = int(config.get("target_hidden_size") or H)
+        self.fc = nn.Linear(3 * tdim, H, bias=False)
+        self.midlayer = _Eagle3Layer(self.m)
+        self.norm = RMSNorm(H, self.m.rms_eps)
+        self.lm_head = nn.Linear(H, Vd, bias=False)
+        self.register_buffer("d2t", torch.zeros(Vd, dtype=torch.long))
+        self.register_buffer("t2d", torch.ones(self.m.vocab_size, dtype=torch.bool) if Vd == self.m.vocab_size
+                             else torch.zeros(self.m.vocab_size, dtype=torch.bool))
+
+    def set_vocab(self, draft_ids: torch.Tensor):
+        """Install the draft vocabulary: target ids sorted ascending."""
+        ids = torch.as_tensor(draft_ids, dtype=torch.long).sort().values
+        self.d2t.copy_(ids - torch.arange(len(ids)))
+        self.t2d.zero_()
+        self.t2d[ids] = True
+
+    def draft_to_target(self, draft_ids):
+        return draft_ids + self.d2t[draft_ids]
+
+    def target_ids(self) -> torch.Tensor:
+        return torch.arange(self.draft_vocab_size, device=self.d2t.device) + self.d2t
+
+    def fuse(self, low, mid, high):
+        return self.fc(torch.cat([low, mid, high], dim=-1).to(self.fc.weight.dtype))
+
+    def layer_qkv(self, emb, hidden, cos, sin, first=True):
+        lay = self.midlayer
+        hidden = hidden.to(emb.dtype)
+        x = torch.cat([lay.input_layernorm(emb), lay.hidden_norm(hidden)], dim=-1)
+        q, k, v = lay.self_attn.qkv(x, cos, sin)
+        return q, k, v, hidden, lay
+
+    def layer_post(self, attn_out, residual):
+        lay = self.midlayer
+        h = residual + attn_out
+        return h + lay.mlp(lay.post_attention_layernorm(h))
+
+    def logits(self, out):
+        """Draft-vocab logits [.., draft_vocab]."""
+        return self.lm_head(self.norm(out))

@@ -1,0 +1,160 @@
+"""Llama building blocks for the draft heads, as plain `torch.nn` modules.
+
+The attention module only projects and rotates (`qkv`) and mixes (`attend`/`attend_ttt`), so the
+same weights serve three callers: training (causal over a sequence), EAGLE-3's training-time
+test (step-k queries see step-0 keys up to their position plus their own earlier steps), and
+drafting (the head's own KV cache plus a tree mask).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        dtype = x.dtype
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(dtype)
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Rotary(nn.Module):
+    def __init__(self, inv_freq: torch.Tensor):
+        super().__init__()
+        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+
+    def forward(self, positions: torch.Tensor, dtype):
+        """cos/sin [B, 1, T, hd] for positions [B, T]."""
+        freqs = positions[..., None].float() * self.inv_freq.to(positions.device)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
+
+
+class Attention(nn.Module):
+    def __init__(self, in_dim: int, hidden: int, n_heads: int, n_kv: int, head_dim: int, bias: bool = False):
+        super().__init__()
+        self.nh, self.nkv, self.hd = n_heads, n_kv, head_dim
+        self.q_proj = nn.Linear(in_dim, n_heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(in_dim, n_kv * head_dim, bias=bias)
+        self.v_proj = nn.Linear(in_dim, n_kv * head_dim, bias=bias)
+        self.o_proj = nn.Linear(n_heads * head_dim, hidden, bias=False)
+
+    def qkv(self, x, cos, sin):
+        """q [B, nh, T, hd]; k, v [B, nkv, T, hd] (rotated)."""
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.nh, self.hd).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        return q, k, v
+
+    def out(self, a):
+        B, _, T, _ = a.shape
+        return self.o_proj(a.transpose(1, 2).reshape(B, T, self.nh * self.hd))
+
+    def attend(self, q, k, v, mask=None, causal=False):
+        """Plain attention; mask [B or 1, 1, T, S] bool (True = may attend)."""
+        a = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal and mask is None, enable_gqa=self.nkv != self.nh
+        )
+        return self.out(a)
+
+    def attend_ttt(self, q, ks, vs, q_idx=None):
+        """Training-time test: query t at step j sees step-0 keys <= t and keys at t of steps 1..j.
+
+        ks/vs: lists (step 0 first); ks[0] [B, nkv, T, hd] covers the whole sequence, later steps
+        cover the queries only. q_idx [B, Tq]: the sequence index of each query (default 0..T-1).
+        """
+        rep = self.nh // self.nkv
+        ex = lambda t: t.repeat_interleave(rep, dim=1) if rep > 1 else t
+        scale = self.hd ** -0.5
+        T = ks[0].shape[2]
+        k0, v0 = ex(ks[0]), ex(vs[0])
+        s0 = (q @ k0.transpose(-1, -2)) * scale  # [B, nh, Tq, T]
+        if q_idx is None:
+            causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+        else:
+            causal = (torch.arange(T, device=q.device)[None, None, :] <= q_idx[:, :, None])[:, None]
+        s0 = s0.masked_fill(~causal, float("-inf"))
+        diag = [((q * ex(k)).sum(-1, keepdim=True) * scale) for k in ks[1:]]  # [B, nh, T, 1] each
+        s = torch.cat([s0] + diag, dim=-1).float().softmax(-1).to(q.dtype)
+        a = s[..., :T] @ v0
+        for j, v in enumerate(vs[1:]):
+            a = a + s[..., T + j : T + j + 1] * ex(v)
+        return self.out(a)
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int, inter: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inter, bias=False)
+        self.up_proj = nn.Linear(hidden, inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class HeadCache:
+    """The head's own keys/values: [B, nkv, max_len, hd], `length` committed entries.
+
+    Like the target's cache, a forward writes its block after `length` without committing;
+    `commit(keep)` moves the kept block entries to contiguous slots.
+    """
+
+    def __init__(self, batch, n_kv, max_len, head_dim, dtype, device):
+        self.k = torch.zeros(batch, n_kv, max_len, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
+        self.length = 0
+        self.max_len = max_len
+
+    def write(self, k, v):
+        L, T = self.length, k.shape[2]
+        if L + T > self.max_len:
+            self.grow(L + T)
+        self.k[:, :, L : L + T] = k
+        self.v[:, :, L : L + T] = v
+        return self.k[:, :, : L + T], self.v[:, :, : L + T]
+
+    def grow(self, need):
+        new = max(need, 2 * self.max_len)
+        k = torch.zeros(*self.k.shape[:2], new, self.k.shape[3], dtype=self.k.dtype, device=self.k.device)
+        v = torch.zeros_like(k)
+        k[:, :, : self.max_len] = self.k
+        v[:, :, : self.max_len] = self.v
+        self.k, self.v, self.max_len = k, v, new
+
+    def commit(self, keep):
+        L = self.length
+        idx = torch.as_tensor(keep, dtype=torch.long, device=self.k.device)
+        n = int(idx.numel())
+        if n and not torch.equal(idx, torch.arange(n, device=idx.device)):
+            src = idx + L
+            self.k[:, :, L : L + n] = self.k[:, :, src]
+            self.v[:, :, L : L + n] = self.v[:, :, src]
+        self.length = L + n
+
+    def truncate(self, length):
+        self.length = min(self.length, length)
+
+
+def block_mask(length: int, block: torch.Tensor | None, T: int, device) -> torch.Tensor:
+    """[1, 1, T, length + T] mask: every query sees the committed entries and `block` (default causal)."""
+    if block is None:
+        block = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    prefix = torch.ones(T, length, dtype=torch.bool, device=device)
+    return torch.cat([prefix, block.to(device, torch.bool)], dim=-1)[None, None]

@@ -1,0 +1,62 @@
+"""Medusa heads: K residual blocks on the target's last normed hidden state.
+
+Head i predicts the token i + 2 positions ahead (the target itself gives the next one):
+`logits_i = lm_head(h + SiLU(W_i h + b_i))`. Unlike Medusa-1, the heads share the target's own
+(tied) LM head instead of carrying a 49k x H copy each, which keeps the shipped file tiny.
+State keys follow Medusa's layout: `{i}.0.linear.weight`, `{i}.0.linear.bias`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ResBlock(nn.Module):
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+        nn.init.zeros_(self.linear.weight)
+
+    def forward(self, x):
+        return x + F.silu(self.linear(x))
+
+
+class MedusaHeads(nn.Module):
+    method = "medusa"
+
+    def __init__(self, config: dict):
+        super().__init__()
+        self.config = dict(config)
+        H = config["hidden_size"]
+        n, layers = config["medusa_num_heads"], config.get("medusa_num_layers", 1)
+        self.heads = nn.ModuleList([nn.Sequential(*[ResBlock(H) for _ in range(layers)]) for _ in range(n)])
+        self._lm_head = None
+
+    @property
+    def hidden_size(self):
+        return self.config["hidden_size"]
+
+    @property
+    def n_heads(self):
+        return len(self.heads)
+
+    def bind(self, embed, lm_head=None):
+        self._lm_head = embed if lm_head is None else lm_head
+        return self
+
+    def forward(self, h):
+        """[K, ..., H] predicted features, one per head."""
+        return torch.stack([head(h) for head in self.heads])
+
+    def logits(self, feats, vocab_ids=None):
+        w = self._lm_head if vocab_ids is None else self._lm_head[vocab_ids]
+        return F.linear(feats, w.to(feats.dtype))
+
+    # Medusa's key names are "{i}.{j}.linear.*"; ours live under "heads."
+    def public_state(self):
+        return {k[len("heads."):]: v for k, v in self.state_dict().items()}
+
+    def load_public_state(self, sd):
+        self.load_state_dict({"heads." + k: v for k, v in sd.items()})

@@ -1,0 +1,193 @@
+"""Draft heads: public checkpoint layout, d2t/t2d mapping, refusal of mismatched heads,
+official-layout EAGLE-1/EAGLE-3 checkpoints, and training-time test == drafting."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _tiny import tiny_config, tiny_target  # noqa: E402
+
+from specviz import SpecVizError  # noqa: E402
+from specviz.heads import Eagle1Head, Eagle3Head, MedusaHeads, head_config_from_target, load_head, save_head  # noqa: E402
+from specviz.heads.layers import HeadCache  # noqa: E402
+
+
+def _randomize(m, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.1 + (1.0 if p.dim() == 1 else 0.0))
+    return m
+
+
+def _e3(cfg, vocab=48):
+    h = Eagle3Head(head_config_from_target(cfg, draft_vocab_size=vocab))
+    _randomize(h)
+    h.set_vocab(torch.randperm(cfg.vocab_size, generator=torch.Generator().manual_seed(1))[:vocab])
+    return h
+
+
+def test_d2t_t2d_mapping():
+    cfg = tiny_config()
+    h = _e3(cfg)
+    ids = torch.nonzero(h.t2d).flatten()
+    assert len(ids) == h.draft_vocab_size == 48
+    d = torch.arange(48)
+    assert torch.equal(d + h.d2t[d], ids)  # target_id = draft_id + d2t[draft_id], sorted by id
+    assert torch.equal(h.draft_to_target(d), ids)
+    assert bool((h.d2t >= 0).all())
+
+
+@pytest.mark.parametrize("method", ["eagle1", "eagle3", "medusa"])
+def test_round_trip_public_layout(tmp_path, method):
+    target = tiny_target()
+    cfg = target.cfg
+    if method == "eagle1":
+        head = _randomize(Eagle1Head(head_config_from_target(cfg, bias=True)))
+        keys = {"fc.weight", "fc.bias", "layers.0.self_attn.q_proj.weight", "layers.0.mlp.down_proj.weight",
+                "layers.0.post_attention_layernorm.weight"}
+    elif method == "eagle3":
+        head = _e3(cfg)
+        keys = {"fc.weight", "midlayer.self_attn.q_proj.weight", "midlayer.hidden_norm.weight",
+                "midlayer.input_layernorm.weight", "norm.weight", "lm_head.weight", "d2t", "t2d"}
+    else:
+        head = _randomize(MedusaHeads(dict(hidden_size=cfg.hidden_size, vocab_size=cfg.vocab_size,
+                                           medusa_num_heads=3, medusa_num_layers=1)))
+        keys = {"0.0.linear.weight", "0.0.linear.bias", "2.0.linear.weight"}
+    head.bind(target.embed)
+    save_head(head, tmp_path, dtype=torch.float32)
+    from safetensors.torch import load_file
+
+    sd = load_file(str(tmp_path / "model.safetensors"))
+    assert keys <= set(sd), set(sd)
+    assert not any("embed" in k for k in sd)
+    if method == "eagle3":
+        assert sd["fc.weight"].shape == (cfg.hidden_size, 3 * cfg.hidden_size)
+        assert sd["midlayer.self_attn.q_proj.weight"].shape[1] == 2 * cfg.hidden_size
+        assert json.loads((tmp_path / "config.json").read_text())["draft_vocab_size"] == 48
+    back = load_head(tmp_path, target=target)
+    assert type(back) is type(head)
+    for (k, a), b in zip(head.state_dict().items(), back.state_dict().values()):
+        assert torch.equal(a, b.to(a.dtype)), k
+    # fp16 export loads and stays close
+    save_head(head, tmp_path / "fp16")
+    back16 = load_head(tmp_path / "fp16", target=target)
+    f = torch.randn(1, 5, cfg.hidden_size)
+    if method == "medusa":
+        assert torch.allclose(head(f), back16(f), atol=1e-2)
+    else:
+        toks = torch.randint(0, cfg.vocab_size, (1, 5))
+        pos = torch.arange(5)[None]
+        hid = head.fuse(f, f, f) if method == "eagle3" else f
+        hid2 = back16.fuse(f, f, f) if method == "eagle3" else f
+        assert torch.allclose(head.forward_seq(toks, hid, pos), back16.forward_seq(toks, hid2, pos), atol=2e-2)
+
+
+def test_refuses_mismatched_heads(tmp_path):
+    target = tiny_target()
+    head = _e3(target.cfg)
+    save_head(head, tmp_path / "e3")
+    other_h = tiny_config(hidden=32)
+    with pytest.raises(SpecVizError, match="hidden size"):
+        load_head(tmp_path / "e3", target_cfg=other_h)
+    other_v = tiny_config(vocab=256)
+    with pytest.raises(SpecVizError, match="vocabulary"):
+        load_head(tmp_path / "e3", target_cfg=other_v)
+    e1 = Eagle1Head(head_config_from_target(target.cfg))
+    save_head(e1, tmp_path / "e1")
+    with pytest.raises(SpecVizError, match="hidden size"):
+        load_head(tmp_path / "e1", target_cfg=other_h)
+    with pytest.raises(SpecVizError):
+        load_head(tmp_path / "nothing-here", target_cfg=target.cfg)
+
+
+def _official_common(H, V, nh=4, nkv=2):
+    return {"architectures": ["LlamaForCausalLM"], "hidden_size": H, "intermediate_size": 2 * H,
+            "num_attention_heads": nh, "num_key_value_heads": nkv, "num_hidden_layers": 1, "rms_norm_eps": 1e-5,
+            "rope_theta": 10000.0, "vocab_size": V, "max_position_embeddings": 2048, "model_type": "llama"}
+
+
+def test_loads_official_eagle1_layout(tmp_path):
+    target = tiny_target()
+    H, V = target.cfg.hidden_size, target.cfg.vocab_size
+    kv = 2 * (H // 4)
+    r = lambda *s: torch.randn(*s) * 0.05
+    sd = {"fc.weight": r(H, 2 * H), "fc.bias": r(H), "embed_tokens.weight": r(V, H),
+          "layers.0.input_layernorm.weight": torch.ones(H),  # present in official files, unused
+          "layers.0.self_attn.q_proj.weight": r(H, H), "layers.0.self_attn.k_proj.weight": r(kv, H),
+          "layers.0.self_attn.v_proj.weight": r(kv, H), "layers.0.self_attn.o_proj.weight": r(H, H),
+          "layers.0.mlp.gate_proj.weight": r(2 * H, H), "layers.0.mlp.up_proj.weight": r(2 * H, H),
+          "layers.0.mlp.down_proj.weight": r(H, 2 * H), "layers.0.post_attention_layernorm.weight": torch.ones(H)}
+    cfg = dict(_official_common(H, V), bias=True)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    torch.save(sd, tmp_path / "pytorch_model.bin")
+    head = load_head(tmp_path, target=target)
+    assert isinstance(head, Eagle1Head)
+    assert torch.equal(head.fc.weight, sd["fc.weight"])
+    out = head.forward_seq(torch.tensor([[3, 4, 5]]), torch.randn(1, 3, H), torch.arange(3)[None])
+    assert head.logits(out).shape == (1, 3, V)
+
+
+def test_loads_official_eagle3_layout(tmp_path):
+    from safetensors.torch import save_file
+
+    target = tiny_target()
+    H, V, Vd = target.cfg.hidden_size, target.cfg.vocab_size, 40
+    kv = 2 * (H // 4)
+    r = lambda *s: torch.randn(*s) * 0.05
+    ids = torch.arange(0, 2 * Vd, 2)
+    t2d = torch.zeros(V, dtype=torch.bool)
+    t2d[ids] = True
+    sd = {"fc.weight": r(H, 3 * H), "midlayer.self_attn.q_proj.weight": r(H, 2 * H),
+          "midlayer.self_attn.k_proj.weight": r(kv, 2 * H), "midlayer.self_attn.v_proj.weight": r(kv, 2 * H),
+          "midlayer.self_attn.o_proj.weight": r(H, H), "midlayer.mlp.gate_proj.weight": r(2 * H, H),
+          "midlayer.mlp.up_proj.weight": r(2 * H, H), "midlayer.mlp.down_proj.weight": r(H, 2 * H),
+          "midlayer.hidden_norm.weight": torch.ones(H), "midlayer.input_layernorm.weight": torch.ones(H),
+          "midlayer.post_attention_layernorm.weight": torch.ones(H), "norm.weight": torch.ones(H),
+          "lm_head.weight": r(Vd, H), "d2t": ids - torch.arange(Vd), "t2d": t2d}
+    cfg = dict(_official_common(H, V), architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=Vd)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    head = load_head(tmp_path, target=target)
+    assert isinstance(head, Eagle3Head) and head.draft_vocab_size == Vd
+    assert torch.equal(head.draft_to_target(torch.arange(Vd)), ids)
+    f = torch.randn(1, 3, H)
+    out = head.forward_seq(torch.tensor([[3, 4, 5]]), head.fuse(f, f, f), torch.arange(3)[None])
+    assert head.logits(out).shape == (1, 3, Vd)
+
+
+@pytest.mark.parametrize("method", ["eagle1", "eagle3"])
+def test_training_time_test_matches_drafting(method):
+    """Step j of the unrolled training pass == drafting a chain with the head's KV cache."""
+    target = tiny_target()
+    cfg = target.cfg
+    head = _e3(cfg) if method == "eagle3" else _randomize(Eagle1Head(head_config_from_target(cfg)))
+    head.bind(target.embed)
+    T, S = 7, 3
+    toks = torch.randint(0, cfg.vocab_size, (1, T + S + 1))
+    f = torch.randn(1, T, cfg.hidden_size)
+    hid0 = head.fuse(f, f * 0.5, f * 2) if method == "eagle3" else f
+    pos0 = torch.arange(T)[None]
+    with torch.no_grad():
+        steps_toks = [toks[:, 1 + j : 1 + j + T] for j in range(S)]
+        outs, _ = head.unroll(steps_toks, hid0, pos0, S)
+        wouts, widx = head.unroll(steps_toks, hid0, pos0, S, start=torch.tensor([3]))
+        for j in range(1, S):  # the windowed unroll (anchors >= 3 only) computes the same states
+            assert torch.allclose(wouts[j][0], outs[j][0, widx[0]], atol=1e-5)
+        t = 4  # anchor: context entries 0..t, then a chain of S-1 drafts
+        cache = HeadCache(1, cfg.n_kv_heads, 32, cfg.head_dim, torch.float32, "cpu")
+        o = head.forward_cached(toks[:, 1 : t + 2], hid0[:, : t + 1], pos0[:, : t + 1], cache)
+        cache.commit(list(range(t + 1)))
+        assert torch.allclose(o[0, t], outs[0][0, t], atol=1e-5)
+        h = o[:, t : t + 1]
+        for j in range(1, S):
+            o = head.forward_cached(toks[:, t + 1 + j : t + 2 + j], h, torch.tensor([[t + j]]), cache, first=False)
+            cache.commit([0])
+            assert torch.allclose(o[0, 0], outs[j][0, t], atol=1e-5), j
+            h = o
