@@ -1,0 +1,150 @@
+"""Compare EAGLE-1/2/3 (and the baselines) on the same prompt; shipped benchmark results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from specviz import SpecVizError
+from specviz.appstate import (
+    EAGLE,
+    METHODS,
+    current_prompt,
+    device_name,
+    get_target,
+    lang,
+    make_drafter,
+    method_label,
+    method_status,
+    prompt_box,
+    run_generation,
+    sampling_params,
+    settings,
+    status_note,
+    tr,
+)
+from specviz.viz import accept_length_hist, acceptance_by_depth, depth_acceptance_figure, tree_figure
+
+L = lang()
+RESULTS = Path(__file__).resolve().parent.parent / "assets" / "results"
+st.title(tr("cmp.title"))
+st.markdown(tr("cmp.intro"))
+live, shipped = st.tabs([tr("cmp.live"), tr("cmp.shipped")])
+
+with live:
+    target = get_target()
+    s = settings()
+    prompt = prompt_box("compare")
+    status = {m: method_status(m, s["dtype"]) for m in METHODS}
+    avail = [m for m in METHODS if status[m][0]]
+    for m in EAGLE + ["sps", "medusa"]:
+        if not status[m][0]:
+            st.caption(f"{method_label(m)}: {tr('sb.unavailable', note=status_note(status[m][1]))}")
+    default = [m for m in avail if m in EAGLE] or avail
+    chosen = st.multiselect(tr("cmp.methods"), avail, default=default, format_func=method_label, key="cmp_methods")
+
+    def run():
+        st.session_state.pop("cmp_error", None)
+        s = settings()
+        text = current_prompt("compare")
+        rows, first, lengths, depth = [], {}, {}, {}
+        todo = ["vanilla"] + [m for m in chosen if m != "vanilla"]
+        bar = st.progress(0.0)
+        try:
+            from specviz.engine import SpeculativeDecoder
+
+            base = None
+            for k, m in enumerate(todo):
+                bar.progress(k / len(todo), text=method_label(m))
+                res = run_generation(target, s, text, m)
+                if m == "vanilla":
+                    base = res
+                # one detailed round for the picture (the timed run above keeps detail off)
+                dec = SpeculativeDecoder(target, make_drafter(m, target, s), sampling_params(s), seed=int(s["seed"]))
+                dec.start(text, int(s["max_new"]))
+                first[m] = dec.step()
+                lengths[m] = [tc.accept_length for tc in res.traces]
+                depth[m] = acceptance_by_depth(res.traces)
+                rows.append({
+                    tr("cmp.col_method"): method_label(m),
+                    "tau": round(res.tau, 3),
+                    tr("c.tokens_per_s"): round(res.tokens_per_s, 2),
+                    tr("c.speedup"): round(res.tokens_per_s / base.tokens_per_s, 3) if base and base.tokens_per_s else None,
+                    tr("cmp.col_tokens"): len(res.tokens),
+                    tr("c.rounds"): res.rounds,
+                    tr("cmp.col_seconds"): round(res.seconds, 2),
+                    tr("cmp.col_identical"): (res.tokens == base.tokens) if float(s["temperature"]) == 0 else "n/a (sampling)",
+                })
+        except SpecVizError as e:
+            st.session_state["cmp_error"] = str(e)
+        bar.empty()
+        st.session_state["cmp_result"] = {"rows": rows, "first": first, "lengths": lengths, "depth": depth,
+                                          "order": [m for m in todo if m in first], "device": device_name(), "dtype": s["dtype"]}
+        runs = [m for m in todo if m != "vanilla" and m in first]
+        if runs:
+            r0 = next(r for r in rows if r[tr("cmp.col_method")] == method_label(runs[0]))
+            tc = first[runs[0]]
+            st.session_state["last_run"] = {"method": runs[0], "tau": r0["tau"], "draft_ms": 1000 * tc.draft_time_s}
+
+    if st.button(tr("cmp.run"), type="primary", disabled=target is None or not chosen, key="cmp_run"):
+        run()
+    if not chosen:
+        st.info(tr("cmp.none"))
+    if st.session_state.get("cmp_error"):
+        st.error(tr("c.error", err=st.session_state["cmp_error"]))
+
+    r = st.session_state.get("cmp_result")
+    if r and r["rows"]:
+        st.subheader(tr("cmp.table"))
+        st.dataframe(pd.DataFrame(r["rows"]), hide_index=True)
+        st.caption(tr("c.measured_note", device=r["device"]) + f" · {r['dtype']}")
+        st.subheader(tr("cmp.first_trees"))
+        shown = [m for m in r["order"] if m != "vanilla"] or r["order"]
+        cols = st.columns(min(3, len(shown)))
+        for i, m in enumerate(shown):
+            with cols[i % len(cols)]:
+                st.markdown(f"**{method_label(m)}**")
+                st.plotly_chart(tree_figure(r["first"][m], L, height=360), key=f"cmp_tree_{m}", config={"displaylogo": False})
+        c = st.columns(2)
+        with c[0]:
+            st.markdown(f"**{tr('cmp.hist')}**")
+            st.plotly_chart(accept_length_hist({method_label(m): v for m, v in r["lengths"].items()}, L), key="cmp_hist")
+        with c[1]:
+            st.markdown(f"**{tr('cmp.depth')}**")
+            st.plotly_chart(depth_acceptance_figure({method_label(m): v for m, v in r["depth"].items() if m != "vanilla"}, L), key="cmp_depth")
+
+with shipped:
+    files = sorted(RESULTS.glob("*.json")) if RESULTS.is_dir() else []
+    if not files:
+        st.info(tr("cmp.no_shipped"))
+    for f in files:
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            st.error(tr("c.error", err=f"{f.name}: {e}"))
+            continue
+        st.markdown(f"#### {f.name}")
+        meta = {k: v for k, v in data.items() if not isinstance(v, (dict, list))}
+        for k in ("settings", "machine"):
+            if isinstance(data.get(k), dict):
+                meta.update({f"{k}.{a}": b for a, b in data[k].items() if not isinstance(b, (dict, list))})
+        if meta:
+            st.caption(" · ".join(f"{k}: {v}" for k, v in meta.items()))
+        methods = data.get("methods") or data.get("results")
+        if isinstance(methods, dict):
+            rows = []
+            for name, m in methods.items():
+                if isinstance(m, dict):
+                    rows.append({"method": name, **{k: v for k, v in m.items() if not isinstance(v, (dict, list))}})
+            if rows:
+                st.dataframe(pd.DataFrame(rows), hide_index=True)
+            cats = {name: m.get("per_category") or m.get("categories") for name, m in methods.items() if isinstance(m, dict)}
+            cat_rows = [{"method": n, "category": c, **{k: v for k, v in d.items() if not isinstance(v, (dict, list))}}
+                        for n, cs in cats.items() if isinstance(cs, dict) for c, d in cs.items() if isinstance(d, dict)]
+            if cat_rows:
+                st.dataframe(pd.DataFrame(cat_rows), hide_index=True)
+        else:
+            st.json(data, expanded=False)
