@@ -47,3 +47,29 @@ def tiny_data(folder, model: TargetModel, n_train=16, n_held=8, new=16, seed=0):
             save_shard(folder / f"{split}-{idx:05d}.safetensors", seqs, taps)
             idx += 1
     return folder
+
+
+class TinyTokenizer:
+    eos_token = None
+
+    def token_text(self, t):
+        return f"<{int(t)}>"
+
+    def decode(self, ids, skip_special_tokens=False):
+        return " ".join(str(int(t)) for t in ids)
+
+    def encode(self, text, add_special_tokens=False):
+        return [int(x) for x in text.split()]
+
+    def chat_ids(self, prompt):
+        return self.encode(prompt)
+
+    def token_to_id(self, tok):
+        return None
+
+
+def tiny_target_bundle(seed=0, **kw):
+    """A `Target` (model + tokenizer) around the tiny model, for engine tests."""
+    from specviz.target import Target
+
+    return Target(model=tiny_target(seed, **kw), tokenizer=TinyTokenizer(), folder=None)

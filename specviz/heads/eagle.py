@@ -159,14 +159,24 @@ class EagleHeadBase(nn.Module):
             hidden = out
         return outs, idx
 
-    def forward_cached(self, tokens, hidden, positions, cache, block=None, first=True):
-        """Drafting: T new entries after the head's committed cache; `block` [T, T] tree mask."""
+    def forward_cached(self, tokens, hidden, positions, cache, block=None, first=True, offset: int = 0):
+        """Drafting: T new entries after the head's committed cache (plus `offset` uncommitted
+        tree entries already written after it). `block` [T, offset + T] says which of those
+        tree entries and new entries each new one sees (default: all earlier + causal)."""
         emb = self.embed(tokens)
         cos, sin = self.rotary(positions, emb.dtype)
         q, k, v, res, lay = self.layer_qkv(emb, hidden, cos, sin, first=first)
-        keys, vals = cache.write(k, v)
         T = tokens.shape[1]
-        mask = block_mask(cache.length, block, T, tokens.device)
+        L = cache.length
+        if L + offset + T > cache.max_len:
+            cache.grow(L + offset + T)
+        cache.k[:, :, L + offset : L + offset + T] = k
+        cache.v[:, :, L + offset : L + offset + T] = v
+        keys, vals = cache.k[:, :, : L + offset + T], cache.v[:, :, : L + offset + T]
+        if block is None:
+            block = torch.cat([torch.ones(T, offset, dtype=torch.bool),
+                               torch.ones(T, T, dtype=torch.bool).tril()], dim=1)
+        mask = block_mask(L, block, T, tokens.device)
         return self.layer_post(lay.self_attn.attend(q, keys, vals, mask=mask), res)
 
 

@@ -1,0 +1,162 @@
+"""EAGLE-1 (static tree), EAGLE-2 (dynamic tree) and EAGLE-3 (fused features, draft vocabulary).
+
+The head keeps its own KV cache. Entry j of that cache pairs the target's feature after token j
+(EAGLE-1: final normed state; EAGLE-3: fc(low, mid, high)) with token j+1, at position j. Only
+entries built from *real* target features are ever committed: at `propose` the entries still
+missing (the tokens accepted last round, whose features the target has just computed, and the
+new root) are appended and committed first; the tree's own entries (built on the head's predicted
+states) are written after them, attend to the committed entries plus their own ancestors (tree
+mask), and are discarded when the round ends. Rejected branches therefore never leak into the
+cache, and accepted tokens are re-encoded with the target's true features next round, as in the
+public EAGLE code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .. import SpecVizError
+from ..heads.eagle import Eagle3Head
+from ..heads.io import load_head, shipped_head_dir
+from ..heads.layers import HeadCache
+from ..sampling import SamplingParams, warp_logits
+from ..tree import EAGLE1_TREE, DraftTree, build_dynamic_tree, build_static_tree
+from .base import Drafter
+
+
+class EagleDrafter(Drafter):
+    sampled = False
+
+    def __init__(self, head, model, name="eagle2", tree="dynamic", depth=5, top_k=8, total_tokens=32,
+                 static_tree=None):
+        self.head = head
+        self.model = model
+        self.name = name
+        self.tree_kind = tree
+        self.depth, self.top_k, self.total_tokens = int(depth), int(top_k), int(total_tokens)
+        self.static_tree = static_tree or EAGLE1_TREE
+        self.is3 = isinstance(head, Eagle3Head)
+        self.taps = tuple(model.cfg.eagle3_layers()) if self.is3 else ("final",)
+        p = next(head.parameters())
+        self.dtype, self.device = p.dtype, p.device
+        if self.is3:
+            self.vocab_ids = head.target_ids()
+        self.cache = None
+
+    # ------------------------------------------------------------------ state
+    def _features(self, taps: dict) -> torch.Tensor:
+        """[n, H] head-level features from the target taps of n processed tokens."""
+        with torch.no_grad():
+            if self.is3:
+                lo, mi, hi = (taps[k].to(self.device, self.dtype) for k in self.taps)
+                return self.head.fuse(lo, mi, hi)
+            return taps["final"].to(self.device, self.dtype)
+
+    def reset(self, context, taps):
+        m = self.head.m
+        self.cache = HeadCache(1, m.n_kv_heads, max(256, len(context) + 256), m.head_dim, self.dtype, self.device)
+        self.tokens = list(context)  # tokens whose features are known (processed by the target)
+        self.feats = self._features(taps) if context else torch.zeros(0, m.hidden_size, dtype=self.dtype)
+        # feats[j] pairs with tokens[j + 1] (or the root); entries < cache.length are committed
+
+    def commit(self, processed, taps):
+        self.tokens.extend(int(t) for t in processed)
+        self.feats = torch.cat([self.feats, self._features(taps)])
+
+    def snapshot(self):
+        return {"length": self.cache.length, "n": len(self.tokens)}
+
+    def restore(self, snap):
+        self.cache.truncate(snap["length"])
+        del self.tokens[snap["n"] :]
+        self.feats = self.feats[: snap["n"]]
+
+    # ------------------------------------------------------------------ drafting
+    def _dist(self, out, params: SamplingParams) -> torch.Tensor:
+        """Draft distribution over the target vocabulary [n, V] from head outputs [n, H]."""
+        logits = self.head.logits(out).float()
+        if not params.greedy:
+            logits = warp_logits(logits, params)
+        q = logits.softmax(-1)
+        if self.is3:
+            full = torch.zeros(q.shape[0], self.model.cfg.vocab_size, dtype=q.dtype, device=q.device)
+            full[:, self.vocab_ids] = q
+            q = full
+        return q.cpu()
+
+    @torch.no_grad()
+    def propose(self, context, root, params, generator):
+        if self.cache is None:
+            raise SpecVizError("The drafter needs reset() before propose().")
+        n = len(self.tokens)
+        if n == 0:  # a one-token prompt: nothing to condition on
+            return DraftTree(tokens=[int(root)], parents=[-1], q=[1.0])
+        L = self.cache.length
+        # 1. commit the entries built from real features: (feats[j], token j+1) for j in [L, n)
+        nxt = self.tokens[L + 1 :] + [int(root)]
+        toks = torch.tensor([nxt], device=self.device)
+        pos = torch.arange(L, n, device=self.device)[None]
+        out = self.head.forward_cached(toks, self.feats[L:n][None], pos, self.cache)
+        self.cache.commit(list(range(n - L)))
+        root_out = out[0, -1]
+        # 2. grow the tree; node i's entry (hidden = parent's output, token i) at position n-1+depth
+        outs = {0: root_out}
+        slot = {}  # node -> index among the uncommitted tree entries
+        order = []
+
+        def expand(tree: DraftTree, nodes):
+            need = [i for i in nodes if i not in outs]
+            if need:
+                depths = tree.depths
+                T = len(need)
+                off = len(order)
+                block = torch.zeros(T, off + T, dtype=torch.bool)
+                for r, i in enumerate(need):
+                    a = tree.parents[i]
+                    while a > 0:
+                        block[r, slot[a]] = True
+                        a = tree.parents[a]
+                    block[r, off + r] = True
+                hid = torch.stack([outs[tree.parents[i]] for i in need])[None]
+                tk = torch.tensor([[tree.tokens[i] for i in need]], device=self.device)
+                ps = torch.tensor([[n - 1 + depths[i] for i in need]], device=self.device)
+                o = self.head.forward_cached(tk, hid, ps, self.cache, block=block, first=False, offset=off)
+                for r, i in enumerate(need):
+                    outs[i] = o[0, r]
+                    slot[i] = off + r
+                    order.append(i)
+            return self._dist(torch.stack([outs[i] for i in nodes]), params)
+
+        if self.tree_kind == "static":
+            tree = build_static_tree(int(root), self.static_tree, expand)
+        else:
+            tree = build_dynamic_tree(int(root), expand, self.depth, self.top_k, self.total_tokens)
+        return tree
+
+
+def _load(target, method: str, head_dir=None):
+    model = target.model if hasattr(target, "model") else target
+    folder = Path(head_dir) if head_dir else shipped_head_dir(model.name, method)
+    if not (folder / "config.json").is_file():
+        raise SpecVizError(
+            f"No {method} head for {model.name} (looked in {folder}). Train one with "
+            f"`python -m specviz.train {method}` and pass its folder."
+        )
+    return load_head(folder, target=model, dtype=torch.float32), model
+
+
+def make_eagle1(target, head_dir=None, **kw):
+    head, model = _load(target, "eagle1", head_dir)
+    return EagleDrafter(head, model, name="eagle1", tree="static", static_tree=kw.get("static_tree"))
+
+
+def make_eagle2(target, head_dir=None, depth=5, top_k=8, total_tokens=24, **kw):
+    head, model = _load(target, "eagle1", head_dir)
+    return EagleDrafter(head, model, name="eagle2", tree="dynamic", depth=depth, top_k=top_k, total_tokens=total_tokens)
+
+
+def make_eagle3(target, head_dir=None, depth=6, top_k=8, total_tokens=24, **kw):
+    head, model = _load(target, "eagle3", head_dir)
+    return EagleDrafter(head, model, name="eagle3", tree="dynamic", depth=depth, top_k=top_k, total_tokens=total_tokens)
