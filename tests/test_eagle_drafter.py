@@ -70,3 +70,30 @@ def test_sampling_runs_and_snapshot_replays():
     dec.restore(snap)
     b = [dec.step().committed for _ in range(3)]
     assert a == b
+
+
+def test_medusa_and_sps_greedy_identical_to_vanilla():
+    from specviz.drafters.medusa import MedusaDrafter
+    from specviz.drafters.sps import SpSDrafter
+    from specviz.heads import MedusaHeads
+
+    from _tiny import tiny_target
+
+    target = tiny_target_bundle(seed=1)
+    cfg = target.cfg
+    heads = MedusaHeads(dict(hidden_size=cfg.hidden_size, vocab_size=cfg.vocab_size, medusa_num_heads=3))
+    heads.bind(target.model.embed)
+    prompt = [5, 9, 17, 33, 2, 8, 60, 61]
+    ref = vanilla_generate(target, prompt, max_new_tokens=20, chat=False)
+    for drafter in (MedusaDrafter(heads, target.model), SpSDrafter(tiny_target(seed=1), gamma=3),
+                    SpSDrafter(tiny_target(seed=5), gamma=3)):
+        res = SpeculativeDecoder(target, drafter, SamplingParams(), seed=0).generate(prompt, 20, chat=False)
+        assert res.tokens == ref.tokens
+    # the draft model identical to the target drafts perfectly
+    res = SpeculativeDecoder(target, SpSDrafter(tiny_target(seed=1), gamma=3), SamplingParams(), seed=0).generate(
+        prompt, 20, chat=False)
+    assert res.tau > 3.0
+    # sampling runs with the chain rule
+    res = SpeculativeDecoder(target, SpSDrafter(tiny_target(seed=5), gamma=3), SamplingParams(temperature=1.0),
+                             seed=0).generate(prompt, 12, chat=False)
+    assert len(res.tokens) >= 1
