@@ -74,6 +74,16 @@ class SpSDrafter(Drafter):
         return DraftTree.chain(int(root), toks, q=qs, dists=dists, sampled=not params.greedy)
 
 
+def default_sps_dir(model_name: str | None = None) -> Path:
+    """The shipped SpS draft model (a Hugging Face Llama folder) for `model_name` (default model)."""
+    from ..loading import DEFAULT_MODEL
+
+    folder = shipped_head_dir(model_name or DEFAULT_MODEL, "sps")
+    if not (folder / "config.json").is_file():
+        raise SpecVizError(f"No SpS draft model shipped in {folder}; train one with `python -m specviz.train sps`.")
+    return folder
+
+
 def load_sps_model(folder, device="cpu", dtype=torch.float32):
     from ..loading import read_config, read_state_dict
     from ..target import TargetModel
