@@ -144,7 +144,7 @@ def _load(target, method: str, head_dir=None):
             f"No {method} head for {model.name} (looked in {folder}). Train one with "
             f"`python -m specviz.train {method}` and pass its folder."
         )
-    return load_head(folder, target=model, dtype=torch.float32), model
+    return load_head(folder, target=model, dtype=model.dtype), model
 
 
 def make_eagle1(target, head_dir=None, **kw):

@@ -68,5 +68,5 @@ def make_drafter(target, head_dir=None, tree=None, **kw):
     if not (folder / "config.json").is_file():
         raise SpecVizError(f"No Medusa heads for {model.name} (looked in {folder}); train them with "
                            "`python -m specviz.train medusa`.")
-    heads = load_head(folder, target=model, dtype=torch.float32)
+    heads = load_head(folder, target=model, dtype=model.dtype)
     return MedusaDrafter(heads, model, tree=tree)

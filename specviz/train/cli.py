@@ -62,6 +62,15 @@ def main(argv=None):
     t.add_argument("--device", default=None)
     t.add_argument("--threads", type=int, default=0)
     t.add_argument("--fresh", action="store_true")
+    e = sub.add_parser("eval", help="held-out per-step acceptance of the shipped heads and tau on the engine")
+    e.add_argument("--methods", default="eagle1,eagle2,eagle3,medusa,sps")
+    e.add_argument("--data", default=None)
+    e.add_argument("--tau-prompts", default="", help="comma list: 'heldout' and/or a Spec-Bench-style JSONL file")
+    e.add_argument("--limit", type=int, default=8)
+    e.add_argument("--max-new-tokens", type=int, default=64)
+    e.add_argument("--skip-per-step", action="store_true")
+    e.add_argument("--out", default=None)
+    e.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
     if getattr(args, "threads", 0):
         torch.set_num_threads(args.threads)
@@ -75,6 +84,10 @@ def main(argv=None):
             out = build(args.out or default_data_dir(), args.n_train, args.n_heldout, cfg, dtype=args.dtype,
                         model_spec=args.model)
             print(f"data in {out} ({time.time() - t0:.0f} s)")
+        elif args.cmd == "eval":
+            from .evaluate import main as eval_main
+
+            eval_main(args)
         elif args.cmd == "sps":
             from .sps import train_sps
 
