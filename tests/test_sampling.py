@@ -1,0 +1,83 @@
+"""Warping equals Hugging Face's logits processors exactly; bad settings give clear errors."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+from specviz import SpecVizError
+from specviz.sampling import SamplingParams, probs, sample, warp_logits
+
+
+def hf_warp(logits, t, k, p):
+    scores = logits.clone()
+    if t not in (0, 1):
+        scores = TemperatureLogitsWarper(t)(None, scores)
+    if k:
+        scores = TopKLogitsWarper(k)(None, scores)
+    if p < 1:
+        scores = TopPLogitsWarper(p)(None, scores)
+    return scores
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    vocab=st.integers(2, 300),
+    t=st.sampled_from([0.3, 0.7, 1.0, 1.5]),
+    k=st.sampled_from([0, 1, 2, 5, 20, 1000]),
+    p=st.sampled_from([1.0, 0.95, 0.9, 0.5, 0.1]),
+    ties=st.booleans(),
+)
+def test_warping_matches_hf(seed, vocab, t, k, p, ties):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(3, vocab, generator=g) * 3
+    if ties:  # quantised logits create ties at the top-k / top-p boundaries
+        logits = logits.round()
+    ours = warp_logits(logits, SamplingParams(t, k, p))
+    ref = hf_warp(logits, t, k, p)
+    assert torch.equal(torch.isinf(ours), torch.isinf(ref))
+    finite = ~torch.isinf(ref)
+    assert torch.allclose(ours[finite], ref[finite], atol=0, rtol=1e-6)
+
+
+def test_warped_distribution_on_real_logits(target):
+    ids = target.tokenizer.chat_ids("Tell me a joke.")
+    logits = target.model(torch.tensor([ids]), target.model.new_cache(128), last_only=True).logits[0, -1]
+    for t, k, p in [(1.0, 0, 1.0), (0.7, 0, 0.9), (1.0, 20, 1.0), (0.5, 50, 0.8)]:
+        d = probs(logits, SamplingParams(t, k, p))
+        ref = hf_warp(logits[None], t, k, p).softmax(-1)[0]
+        assert (d - ref).abs().max().item() < 1e-7
+        assert abs(d.double().sum().item() - 1) < 1e-4  # fp32 softmax over 49k entries
+        if k:
+            assert int((d > 0).sum()) <= k
+
+
+def test_greedy_is_one_hot_argmax():
+    logits = torch.tensor([0.1, 3.0, -1.0, 2.9])
+    d = probs(logits, SamplingParams(0.0))
+    assert d.tolist() == [0.0, 1.0, 0.0, 0.0]
+
+
+def test_sample_is_reproducible_with_seed():
+    d = torch.softmax(torch.randn(1000), -1)
+    a = [sample(d, torch.Generator().manual_seed(3)) for _ in range(5)]
+    b = [sample(d, torch.Generator().manual_seed(3)) for _ in range(5)]
+    assert a == b
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(temperature=-0.5), "temperature"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(top_k=-1), "top_k"),
+        (dict(top_k=2.5), "top_k"),
+    ],
+)
+def test_bad_settings_are_refused_clearly(kwargs, words):
+    with pytest.raises(SpecVizError, match=words):
+        SamplingParams(**kwargs)

@@ -1,0 +1,148 @@
+"""The runtime's logits equal Hugging Face transformers' for prompts, decoding and trees."""
+
+import random
+
+import pytest
+import torch
+
+from specviz.target import TargetModel
+from specviz.tree import DraftTree
+
+TOL = 1e-4
+
+
+def hf_logits(hf, ids):
+    with torch.no_grad():
+        return hf(torch.tensor([ids])).logits[0]
+
+
+@pytest.fixture(scope="module")
+def prompt(target):
+    return target.tokenizer.chat_ids("Summarise the plot of Hamlet in three sentences.")
+
+
+def test_prefill_matches_hf(target, hf_model, prompt):
+    cache = target.model.new_cache(256)
+    out = target.model(torch.tensor([prompt]), cache)
+    ref = hf_logits(hf_model, prompt)
+    assert out.logits.shape == (1, len(prompt), target.cfg.vocab_size)
+    assert (out.logits[0] - ref).abs().max().item() < TOL
+
+
+def test_incremental_decoding_matches_hf(target, hf_model, prompt):
+    """Prefill part of the prompt, then one token at a time and in chunks: same logits."""
+    m = target.model
+    cache = m.new_cache(256)
+    got = [m(torch.tensor([prompt[:10]]), cache).logits[0]]
+    cache.commit()
+    for t in prompt[10:20]:
+        got.append(m(torch.tensor([[t]]), cache).logits[0])
+        cache.commit()
+    got.append(m(torch.tensor([prompt[20:]]), cache).logits[0])
+    cache.commit()
+    assert cache.length == len(prompt)
+    diff = (torch.cat(got) - hf_logits(hf_model, prompt)).abs().max().item()
+    assert diff < TOL
+
+
+def random_tree(rng: random.Random, n: int, vocab: int) -> DraftTree:
+    parents = [-1] + [rng.randrange(0, i) for i in range(1, n)]
+    tokens = [rng.randrange(vocab) for _ in range(n)]
+    return DraftTree(tokens=tokens, parents=parents, q=[1.0] * n)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_every_tree_node_matches_sequential_forward(target, hf_model, prompt, seed):
+    """Each node's logits under the tree mask equal a plain forward along its root-to-node path."""
+    rng = random.Random(seed)
+    tree = random_tree(rng, 14, 20000)
+    m = target.model
+    cache = m.new_cache(256)
+    m(torch.tensor([prompt]), cache)
+    cache.commit()
+    L = cache.length
+    out = m(torch.tensor([tree.tokens]), cache, positions=tree.position_ids(L), tree_mask=tree.attention_mask())
+    for i in range(len(tree)):
+        path_tokens = [tree.tokens[j] for j in tree.path(i)]
+        ref = hf_logits(hf_model, prompt + path_tokens)[-1]
+        assert (out.logits[0, i] - ref).abs().max().item() < TOL, f"node {i}"
+
+
+def test_commit_keeps_only_accepted_path(target, hf_model, prompt):
+    """After verifying a tree, keep one root-to-leaf path; decoding continues exactly."""
+    rng = random.Random(7)
+    tree = random_tree(rng, 12, 20000)
+    m = target.model
+    cache = m.new_cache(256)
+    m(torch.tensor([prompt]), cache)
+    cache.commit()
+    L = cache.length
+    m(torch.tensor([tree.tokens]), cache, positions=tree.position_ids(L), tree_mask=tree.attention_mask())
+    path = max(tree.root_to_leaf_paths(), key=len)
+    assert len(path) >= 3, "the test tree should have a path worth keeping"
+    cache.commit(path)
+    assert cache.length == L + len(path)
+    nxt = 1234
+    got = m(torch.tensor([[nxt]]), cache).logits[0, -1]
+    ref = hf_logits(hf_model, prompt + [tree.tokens[j] for j in path] + [nxt])[-1]
+    assert (got - ref).abs().max().item() < TOL
+
+
+def test_taps_equal_hf_hidden_states(target, hf_model, prompt):
+    layers = target.cfg.eagle3_layers()
+    cache = target.model.new_cache(256)
+    out = target.model(torch.tensor([prompt]), cache, taps=(*layers, "final"))
+    with torch.no_grad():
+        hs = hf_model(torch.tensor([prompt]), output_hidden_states=True).hidden_states
+    for i in layers:
+        assert (out.taps[i][0] - hs[i][0]).abs().max().item() < 1e-4
+    assert (out.taps["final"][0] - hs[-1][0]).abs().max().item() < 1e-4
+
+
+def test_batched_left_padding_matches_single(target):
+    """Rows of different lengths, left-padded and masked, give each row's unbatched logits."""
+    m = target.model
+    a = target.tokenizer.chat_ids("Hi!")
+    b = target.tokenizer.chat_ids("Name three rivers in Europe and one fact about each.")
+    T = max(len(a), len(b))
+    rows = [[0] * (T - len(r)) + r for r in (a, b)]
+    cache = m.new_cache(T + 4, batch=2)
+    key_mask = torch.zeros(2, T + 4, dtype=torch.bool)
+    pos = torch.zeros(2, T, dtype=torch.long)
+    for k, r in enumerate((a, b)):
+        key_mask[k, T - len(r) :] = True
+        pos[k, T - len(r) :] = torch.arange(len(r))
+    cache.key_mask = key_mask
+    tree_mask = torch.ones(T, T, dtype=torch.bool).tril()[None] & key_mask[:, None, :T]
+    out = m(torch.tensor(rows), cache, positions=pos, tree_mask=tree_mask, last_only=True)
+    for k, r in enumerate((a, b)):
+        single = m(torch.tensor([r]), m.new_cache(T + 4), last_only=True).logits[0, -1]
+        assert (out.logits[k, -1] - single).abs().max().item() < TOL
+
+
+def test_bf16_runtime_agrees_on_argmax(target, prompt):
+    """bf16 is for speed: logits differ slightly, the top token of a clear case does not."""
+    m16 = TargetModel(target.cfg, _state_of(target.model), dtype=torch.bfloat16)
+    cache = m16.new_cache(256)
+    l16 = m16(torch.tensor([prompt]), cache).logits[0]
+    l32 = target.model(torch.tensor([prompt]), target.model.new_cache(256)).logits[0]
+    agree = (l16.argmax(-1) == l32.argmax(-1)).float().mean().item()
+    assert agree > 0.9
+
+
+def _state_of(m: TargetModel) -> dict:
+    """Rebuild an HF-style state dict from the fused runtime weights."""
+    cfg = m.cfg
+    sd = {"embed_tokens.weight": m.embed, "norm.weight": m.norm}
+    for i, L in enumerate(m.layers):
+        p = f"layers.{i}."
+        q, k, v = L.wqkv.split([m.q_dim, m.kv_dim, m.kv_dim])
+        g, u = L.w13.chunk(2)
+        sd.update({
+            p + "input_layernorm.weight": L.attn_norm, p + "post_attention_layernorm.weight": L.mlp_norm,
+            p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k, p + "self_attn.v_proj.weight": v,
+            p + "self_attn.o_proj.weight": L.wo, p + "mlp.gate_proj.weight": g, p + "mlp.up_proj.weight": u,
+            p + "mlp.down_proj.weight": L.w2,
+        })  # fmt: skip
+    assert cfg.tie_embeddings
+    return sd
