@@ -10,6 +10,7 @@ import streamlit as st
 
 from specviz import SpecVizError
 from specviz.appstate import (
+    page_setup,
     EAGLE,
     METHODS,
     current_prompt,
@@ -28,6 +29,7 @@ from specviz.appstate import (
 )
 from specviz.viz import accept_length_hist, acceptance_by_depth, depth_acceptance_figure, tree_figure
 
+page_setup()
 L = lang()
 RESULTS = Path(__file__).resolve().parent.parent / "assets" / "results"
 st.title(tr("cmp.title"))

@@ -6,6 +6,7 @@ import streamlit as st
 
 from specviz import SpecVizError
 from specviz.appstate import (
+    page_setup,
     config_key,
     current_prompt,
     current_method_ok,
@@ -31,6 +32,7 @@ from specviz.viz import (
     walk_table,
 )
 
+page_setup()
 L = lang()
 st.title(tr("dec.title"))
 st.caption(tr("dec.intro"))

@@ -6,9 +6,10 @@ import pandas as pd
 import streamlit as st
 
 from specviz import SpecVizError
-from specviz.appstate import device_name, get_target, lang, measure_forward, method_label, tr
+from specviz.appstate import page_setup, device_name, get_target, lang, measure_forward, method_label, tr
 from specviz.viz import figure_html, latency_curve_figure, latency_grid_figure, predicted_speedup, speedup_by_batch_figure
 
+page_setup()
 L = lang()
 st.title(tr("free.title"))
 st.markdown(tr("free.intro"))

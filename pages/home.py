@@ -6,6 +6,7 @@ import streamlit as st
 
 from specviz import SpecVizError
 from specviz.appstate import (
+    page_setup,
     current_method_ok,
     current_prompt,
     device_name,
@@ -19,6 +20,7 @@ from specviz.appstate import (
 )
 from specviz.viz import colored_text_html, legend_html
 
+page_setup()
 st.title(tr("home.title"))
 st.markdown(tr("home.idea"))
 

@@ -8,6 +8,7 @@ import streamlit as st
 
 from specviz import SpecVizError
 from specviz.appstate import (
+    page_setup,
     get_target,
     lang,
     make_drafter,
@@ -19,6 +20,7 @@ from specviz.appstate import (
 )
 from specviz.viz import figure_html, samples_hist_figure, show_token
 
+page_setup()
 L = lang()
 st.title(tr("loss.title"))
 st.markdown(tr("loss.intro"))

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from specviz.appstate import lang, tr
+from specviz.appstate import page_setup, lang, tr
 from specviz.viz import figure_html, toy_chain_figure, toy_sim_figure, toy_two_figure
 from specviz.viz import toy
 
+page_setup()
 L = lang()
 V = toy.TOY_VOCAB
 st.title(tr("toy.title"))
