@@ -31,6 +31,7 @@ import math
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -554,7 +555,6 @@ class ToyDrafter:
         self.bias = noise * torch.randn(oracle.vocab_size, generator=g)
         self._q: dict[tuple, torch.Tensor] = {}
         self._q_raw: dict[tuple, torch.Tensor] = {}
-        self._cum: dict[tuple, torch.Tensor] = {}
         self._trees: dict[tuple, DraftTree] = {}
         self.name = ("toy-sps" if widths_is_chain(self.widths) else "toy-specinfer") if sampled else "toy-topk"
 
@@ -566,12 +566,6 @@ class ToyDrafter:
         if d is None:
             d = self._q[prefix] = probs(self.draft_logits(prefix), params)
         return d
-
-    def _cdf(self, prefix, q):
-        c = self._cum.get(prefix)
-        if c is None:
-            c = self._cum[prefix] = q.double().cumsum(0)
-        return c
 
     def q_raw(self, prefix) -> torch.Tensor:
         d = self._q_raw.get(prefix)
@@ -603,7 +597,7 @@ class ToyDrafter:
                         k = min(width, int((q > 0).sum()))
                         toks = torch.multinomial(q, k, replacement=False, generator=generator).tolist()
                     elif sampled:
-                        toks = _draw(self._cdf(h, q), width, generator)
+                        toks = _draw(q.double().cumsum(0), width, generator)
                     else:
                         v, ix = torch.topk(q, width)
                         toks = [int(t) for t, x in zip(ix.tolist(), v.tolist()) if x > 0]
@@ -616,13 +610,29 @@ class ToyDrafter:
                         nxt.append(len(tree.tokens) - 1)
                 frontier[i] = nxt
         for i in todo:
-            trees[i].raw_dists = {n: self.q_raw(node_prefix[i][n]) for n in trees[i].dists}
+            trees[i].raw_dists = _LazyDists(self.q_raw, {n: node_prefix[i][n] for n in trees[i].dists})
             trees[i].without_replacement = self.without_replacement
             if not sampled:
                 self._trees[key(prefixes[i])] = trees[i]
         if sampled:
             return [trees[i] for i in range(len(prefixes))]
         return [self._trees[key(g)] for g in prefixes]
+
+
+class _LazyDists(Mapping):
+    """node -> distribution, computed on first access (raw draft dists are rarely needed)."""
+
+    def __init__(self, fn, prefixes: dict):
+        self._fn, self._pre = fn, prefixes
+
+    def __getitem__(self, node):
+        return self._fn(self._pre[node])
+
+    def __iter__(self):
+        return iter(self._pre)
+
+    def __len__(self):
+        return len(self._pre)
 
 
 def _draw(cdf: torch.Tensor, n: int, generator) -> list[int]:

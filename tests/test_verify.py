@@ -1,0 +1,205 @@
+"""verify(): the three exact rules, the step records, seeded replay, and agreement of the sampled
+walk with the analytic enumeration in specviz.lossless (which the property tests check exactly)."""
+
+from collections import Counter
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from specviz import SpecVizError
+from specviz.lossless import PrefixModel, exact_dist_k
+from specviz.sampling import SamplingParams, probs, sample
+from specviz.tree import DraftTree
+from specviz.verify import VerifyResult, verify
+
+T1 = SamplingParams(temperature=1.0)
+GREEDY = SamplingParams(temperature=0.0)
+STEP_KEYS = {"node", "depth", "token", "p", "q", "ratio", "u", "accepted", "residual"}
+
+
+def onehot(V, *tokens_probs):
+    d = torch.zeros(V)
+    for t, x in tokens_probs:
+        d[t] = x
+    return d
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+# ------------------------------------------------------------------------------------ greedy
+def test_greedy_accepts_argmax_path_then_corrects():
+    V = 5
+    tree = DraftTree.chain(0, [1, 2, 3])
+    p = torch.stack([onehot(V, (1, 1.0)), onehot(V, (2, 1.0)), onehot(V, (4, 1.0)), onehot(V, (0, 1.0))])
+    g = gen()
+    before = g.get_state().clone()
+    r = verify(tree, p, GREEDY, g)
+    assert r.accepted == [1, 2] and r.extra_token == 4 and r.extra_source == "greedy-correction"
+    assert [s["accepted"] for s in r.steps] == [True, True, False]
+    assert all(set(s) == STEP_KEYS and s["u"] is None for s in r.steps)
+    assert torch.equal(g.get_state(), before), "greedy must not consume randomness"
+    assert r.rule == "greedy"
+
+
+def test_greedy_full_path_gives_bonus_and_picks_matching_sibling():
+    V = 6
+    # root has children 3 (rank 0) and 2 (rank 1); target argmax at the root is 2
+    tree = DraftTree(tokens=[0, 3, 2, 5], parents=[-1, 0, 0, 2], q=[1.0, 0.6, 0.3, 0.9])
+    p = torch.stack([onehot(V, (2, 1.0)), onehot(V, (1, 1.0)), onehot(V, (5, 1.0)), onehot(V, (4, 1.0))])
+    r = verify(tree, p, GREEDY, gen())
+    assert r.accepted == [2, 3] and r.extra_token == 4 and r.extra_source == "bonus"
+    assert [(s["node"], s["accepted"]) for s in r.steps] == [(1, False), (2, True), (3, True)]
+
+
+# ------------------------------------------------------------------------------------ sampling rules
+def test_deterministic_rule_certain_and_impossible_children():
+    V = 4
+    p_root = onehot(V, (1, 0.5), (2, 0.5))
+    # child 3 has p = 0: always rejected; then child 1 with residual p(1) = 0.5 ...; a leaf p
+    tree = DraftTree(tokens=[0, 3, 1], parents=[-1, 0, 0], q=[1.0, 0.9, 0.1])
+    p = torch.stack([p_root, onehot(V, (0, 1.0)), onehot(V, (0, 1.0))])
+    outs = Counter()
+    g = gen(1)
+    for _ in range(400):
+        r = verify(tree, p, T1, g)
+        assert r.steps[0]["node"] == 1 and not r.steps[0]["accepted"] and r.steps[0]["p"] == 0
+        assert r.steps[0]["residual"] is not None and float(r.steps[0]["residual"][3]) == 0
+        outs[(tuple(r.accepted), r.extra_token, r.extra_source)] += 1
+    assert set(outs) == {((2,), 0, "bonus"), ((), 2, "resampled")}
+    assert 150 < outs[((2,), 0, "bonus")] < 250  # accepted with probability 1/2
+
+
+def test_sampled_rule_accepts_always_when_q_equals_p():
+    V = 5
+    pr = torch.tensor([0.1, 0.2, 0.3, 0.25, 0.15])
+    tree = DraftTree.chain(0, [2, 3], q=[0.3, 0.2], dists={0: pr, 1: pr, 2: pr}, sampled=True)
+    p = torch.stack([pr, pr, pr])
+    g = gen(2)
+    for _ in range(50):
+        r = verify(tree, p, T1, g)
+        assert r.accepted == [1, 2] and r.extra_source == "bonus"
+        assert all(abs(s["ratio"] - 1) < 1e-6 for s in r.steps)
+    assert r.rule == "chain"
+
+
+def test_sampled_rule_residual_excludes_rejected_mass():
+    V = 3
+    p0 = torch.tensor([0.5, 0.5, 0.0])
+    q0 = torch.tensor([0.0, 0.0, 1.0])  # drafts token 2 which the target never produces
+    tree = DraftTree.chain(0, [2], q=[1.0], dists={0: q0}, sampled=True)
+    p = torch.stack([p0, p0])
+    g = gen(3)
+    for _ in range(30):
+        r = verify(tree, p, T1, g)
+        assert r.accepted == [] and r.extra_source == "resampled" and r.extra_token in (0, 1)
+        assert torch.allclose(r.extra_dist, p0)
+
+
+def test_seeded_replay_is_identical():
+    model = _toy_model(seed=5, V=7, widths=[2, 2], sampled=True)
+    tree, p, p_raw = model.draw_tree(gen(9))
+    params = SamplingParams(temperature=0.8, top_p=0.9)
+    a = verify(tree, p, params, gen(42), p_raw=p_raw)
+    b = verify(tree, p, params, gen(42), p_raw=p_raw)
+    assert isinstance(a, VerifyResult)
+    assert (a.accepted, a.extra_token, a.extra_source, a.rule) == (b.accepted, b.extra_token, b.extra_source, b.rule)
+    assert torch.equal(a.extra_dist, b.extra_dist)
+    for s, t in zip(a.steps, b.steps, strict=True):
+        assert {k: v for k, v in s.items() if k != "residual"} == {k: v for k, v in t.items() if k != "residual"}
+    # a different seed eventually gives a different walk
+    assert any(
+        (verify(tree, p, params, gen(s)).extra_token, len(verify(tree, p, params, gen(s)).steps))
+        != (a.extra_token, len(a.steps))
+        for s in range(43, 80)
+    )
+
+
+def test_errors_are_clear():
+    V = 4
+    tree = DraftTree.chain(0, [1], sampled=True)  # sampled but no dists
+    p = torch.full((2, V), 1 / V)
+    with pytest.raises(SpecVizError, match="dists"):
+        verify(tree, p, T1, gen())
+    with pytest.raises(SpecVizError, match="one target row per tree node"):
+        verify(tree, p[:1], T1, gen())
+    with pytest.raises(SpecVizError, match="Unknown verification variant"):
+        verify(DraftTree.chain(0, [1]), p, T1, gen(), variant="nope")
+    with pytest.raises(SpecVizError, match="p_raw"):
+        verify(DraftTree.chain(0, [1]), p, T1, gen(), variant="unwarped-bonus")
+
+
+# ------------------------------------------------------------------------------------ walk == math
+def _toy_model(seed, V, widths, sampled, wo=False, params=T1):
+    cache = {}
+
+    def table(kind, h):
+        key = (kind, h)
+        if key not in cache:
+            g = torch.Generator().manual_seed((hash((seed, kind) + h) % (2**31)))
+            cache[key] = torch.randn(V, generator=g) * 1.5
+        return cache[key]
+
+    return PrefixModel(
+        p_fn=lambda h: probs(table(1, h), params),
+        q_fn=lambda h: probs(table(2, h), params),
+        widths=widths,
+        sampled=sampled,
+        without_replacement=wo,
+        p_raw_fn=lambda h: table(1, h).softmax(-1),
+        q_raw_fn=lambda h: table(2, h).softmax(-1),
+    )
+
+
+def _simulate(model, params, variant, n, seed, k=2):
+    g = gen(seed)
+    cnt = Counter()
+    for _ in range(n):
+        tree, p, p_raw = model.draw_tree(g)
+        r = verify(tree, p, params, g, p_raw=p_raw, variant=variant)
+        toks = [tree.tokens[i] for i in r.accepted] + [r.extra_token]
+        while len(toks) < k:  # after the round the target continues (vanilla)
+            toks.append(sample(model.p_fn(tuple(toks)), g))
+        cnt[tuple(toks[:k])] += 1
+    return cnt
+
+
+def _gof(cnt, exact, n):
+    keys = [s for s, x in exact.items() if x * n >= 1]
+    obs = [cnt[s] for s in keys] + [n - sum(cnt[s] for s in keys)]
+    exp = [exact[s] * n for s in keys]
+    exp.append(n - sum(exp))
+    if exp[-1] < 1e-9:
+        obs, exp = obs[:-1], exp[:-1]
+        exp = [e * sum(obs) / sum(exp) for e in exp]
+    return chisquare(obs, exp).pvalue
+
+
+PARAMS = SamplingParams(temperature=0.8, top_p=0.95)
+
+
+@pytest.mark.parametrize(
+    "sampled,wo,widths,variant",
+    [
+        (True, False, [2, 1], "correct"),
+        (True, True, [3, 1], "correct"),
+        (False, False, [2, 2], "correct"),
+        (True, False, [2, 1], "scalar-residual"),
+        (False, False, [2, 1], "greedy-draft"),
+    ],
+)
+def test_verify_walk_matches_exact_enumeration(sampled, wo, widths, variant):
+    """The sampled walk and the analytic enumeration are two codings of one rule: they agree."""
+    model = _toy_model(11, 5, widths, sampled, wo, PARAMS)
+    exact = exact_dist_k(model, params=PARAMS, k=2, variant=variant)
+    n = 2000
+    assert _gof(_simulate(model, PARAMS, variant, n, seed=3), exact, n) > 1e-4
+
+
+def test_walk_vs_enumeration_comparison_can_fail():
+    model = _toy_model(11, 5, [1, 1], True, False, T1)
+    exact = exact_dist_k(model, params=T1, k=2, variant="correct")
+    n = 2000
+    assert _gof(_simulate(model, T1, "no-rejection", n, seed=3), exact, n) < 1e-6
