@@ -1,0 +1,121 @@
+"""The decode loop: greedy speculative output is vanilla's, traces are consistent, rounds replay."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from specviz import SpecVizError
+from specviz.drafters.pld import PromptLookupDrafter
+from specviz.drafters.sps import SpSDrafter
+from specviz.engine import SpeculativeDecoder, vanilla_generate
+from specviz.examples import EXAMPLE_PROMPTS
+from specviz.sampling import SamplingParams
+from specviz.target import TargetModel
+
+N_PROMPTS, N_TOKENS = 50, 128
+
+
+def early_exit_model(target, n_layers=6) -> TargetModel:
+    """A chain drafter needing no training: the target's first layers + its norm and LM head."""
+    m = target.model
+    small = TargetModel.__new__(TargetModel)
+    small.__dict__.update(m.__dict__)
+    small.cfg = dataclasses.replace(m.cfg, n_layers=n_layers)
+    small.layers = m.layers[:n_layers]
+    return small
+
+
+@pytest.fixture(scope="module")
+def vanilla_outputs(target):
+    return [vanilla_generate(target, p, N_TOKENS).tokens for p in EXAMPLE_PROMPTS[:N_PROMPTS]]
+
+
+@pytest.mark.slow
+def test_pld_greedy_identical_to_vanilla(target, vanilla_outputs):
+    drafter = PromptLookupDrafter()
+    accepted = 0
+    for prompt, ref in zip(EXAMPLE_PROMPTS[:N_PROMPTS], vanilla_outputs):
+        res = SpeculativeDecoder(target, drafter, detail=False).generate(prompt, N_TOKENS)
+        assert res.tokens == ref, prompt
+        accepted += len(res.tokens) - res.rounds
+    assert accepted > 100, "PLD should have accepted some drafts, or the test proves little"
+
+
+@pytest.mark.slow
+def test_chain_drafter_greedy_identical_to_vanilla(target, vanilla_outputs):
+    drafter = SpSDrafter(early_exit_model(target), gamma=4)
+    rounds = tokens = 0
+    for prompt, ref in zip(EXAMPLE_PROMPTS[:N_PROMPTS], vanilla_outputs):
+        res = SpeculativeDecoder(target, drafter, detail=False).generate(prompt, N_TOKENS)
+        assert res.tokens == ref, prompt
+        rounds, tokens = rounds + res.rounds, tokens + len(res.tokens)
+    assert tokens / rounds > 1.2, "the early-exit draft should get some tokens accepted"
+
+
+def test_trace_is_consistent(target):
+    """Accepted nodes form a root path, committed = their tokens + the extra, mask = ancestry."""
+    prompt = "Repeat exactly: one two three four five six. One two three four five six."
+    dec = SpeculativeDecoder(target, SpSDrafter(early_exit_model(target), gamma=4), SamplingParams(0.8, top_p=0.95), seed=3)
+    dec.start(prompt, 40)
+    while not dec.done:
+        tr = dec.step()
+        nodes = tr.nodes
+        path = tr.accepted_nodes
+        for a, b in zip([0] + path, path):
+            assert nodes[b].parent == a and nodes[b].status == "accepted"
+        assert tr.committed[: len(path)] == [nodes[i].token for i in path]
+        assert tr.committed[len(path)] == tr.extra_token or tr.finished
+        for i, n in enumerate(nodes):
+            anc = {i}
+            j = n.parent
+            while j != -1:
+                anc.add(j)
+                j = nodes[j].parent
+            assert [c for c in range(len(nodes)) if tr.tree_mask[i][c]] == sorted(anc)
+            assert tr.position_ids[i] == tr.prefix_len + n.depth
+        assert all(0 <= s.u < 1 for s in tr.steps)
+        assert tr.extra_source in ("bonus", "resampled")
+    assert sum(len(t.committed) for t in dec.traces) == len(dec.generated)
+    assert len(dec.generated) == 40 or dec.generated[-1] in target.eos_ids
+    assert len(dec.traces) < len(dec.generated), "the early-exit draft should get tokens accepted"
+
+
+def test_replay_reproduces_the_round(target):
+    dec = SpeculativeDecoder(target, PromptLookupDrafter(), SamplingParams(1.0), seed=5)
+    dec.start("Count: 1 2 3 4 5 6 7 8 9 10 11 12. Continue counting.", 64)
+    for _ in range(3):
+        dec.step()
+    snap = dec.snapshot()
+    first = [dec.step() for _ in range(3)]
+    dec.restore(snap)
+    again = [dec.step() for _ in range(3)]
+    strip = lambda t: {**dataclasses.asdict(t), "draft_time_s": 0, "verify_time_s": 0, "total_time_s": 0}  # noqa: E731
+    assert [strip(t) for t in first] == [strip(t) for t in again]
+
+
+def test_budget_is_exact_and_eos_stops(target):
+    res = SpeculativeDecoder(target, PromptLookupDrafter()).generate("Tell me about the moon.", 17)
+    assert len(res.tokens) == 17 or res.tokens[-1] in target.eos_ids
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda: SamplingParams(temperature=-1), "temperature"),
+        (lambda: SamplingParams(temperature=1, top_p=0), "top_p"),
+        (lambda: SamplingParams(temperature=1, top_k=0.5), "top_k"),
+    ],
+)
+def test_bad_sampling_settings(make, words):
+    with pytest.raises(SpecVizError, match=words):
+        make()
+
+
+def test_step_before_start_and_after_end(target):
+    dec = SpeculativeDecoder(target)
+    with pytest.raises(SpecVizError, match="start"):
+        dec.step()
+    dec.generate("Hi", 2)
+    with pytest.raises(SpecVizError, match="finished"):
+        dec.step()
