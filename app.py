@@ -6,16 +6,16 @@ import streamlit as st
 
 from specviz.appstate import render_sidebar, tr
 
-st.set_page_config(page_title="SpecViz", page_icon="🌳", layout="wide")
+st.set_page_config(page_title="SpecViz", page_icon=":material/account_tree:", layout="wide")
 render_sidebar()
 
 pages = [
-    st.Page("pages/home.py", title=tr("nav.home"), icon="🏠", default=True),
-    st.Page("pages/decode.py", title=tr("nav.decode"), icon="🌳", url_path="decode"),
-    st.Page("pages/compare.py", title=tr("nav.compare"), icon="⚖️", url_path="compare"),
-    st.Page("pages/lossless.py", title=tr("nav.lossless"), icon="🎯", url_path="lossless"),
-    st.Page("pages/free.py", title=tr("nav.free"), icon="⚡", url_path="free"),
-    st.Page("pages/rule.py", title=tr("nav.rule"), icon="🎲", url_path="rule"),
+    st.Page("pages/home.py", title=tr("nav.home"), icon=":material/home:", default=True),
+    st.Page("pages/decode.py", title=tr("nav.decode"), icon=":material/account_tree:", url_path="decode"),
+    st.Page("pages/compare.py", title=tr("nav.compare"), icon=":material/compare_arrows:", url_path="compare"),
+    st.Page("pages/lossless.py", title=tr("nav.lossless"), icon=":material/verified:", url_path="lossless"),
+    st.Page("pages/free.py", title=tr("nav.free"), icon=":material/bolt:", url_path="free"),
+    st.Page("pages/rule.py", title=tr("nav.rule"), icon=":material/casino:", url_path="rule"),
 ]
 st.session_state["_in_app_run"] = True
 try:

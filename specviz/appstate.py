@@ -96,12 +96,10 @@ def _verify_available() -> bool:
 
 
 def _factory(method: str):
-    """The function that builds a trained drafter, if this build has one.
-
-    Contract looked for (first match wins): `specviz.drafters.build(method, target, **settings)`
-    or `specviz.drafters.<module>.build_drafter(method, target, **settings)`; either raises
-    SpecVizError / FileNotFoundError when the head is not there.
-    """
+    """The function `(method, target, **settings) -> Drafter` for a trained method, if this build
+    has its drafter module. Uses the drafters' own constructors (`specviz.drafters.sps.make_drafter`,
+    `medusa.make_drafter`, `eagle.make_eagle1/2/3`), which raise SpecVizError when the head is
+    missing; a package-level `specviz.drafters.build(method, target, **settings)` wins if present."""
     try:
         pkg = importlib.import_module("specviz.drafters")
         if callable(getattr(pkg, "build", None)):
@@ -112,7 +110,15 @@ def _factory(method: str):
         mod = importlib.import_module(f"specviz.drafters.{_MODULES[method]}")
     except ImportError:
         return None
-    for name in ("build_drafter", "build", "make_drafter"):
+    if method in EAGLE:
+        fn = getattr(mod, "make_" + method, None)
+        if callable(fn):
+            return lambda m, target, **kw: fn(target, **kw)
+    elif method == "sps" and callable(getattr(mod, "make_drafter", None)):
+        return lambda m, target, depth=4, **kw: mod.make_drafter(target, gamma=depth)
+    elif callable(getattr(mod, "make_drafter", None)):
+        return lambda m, target, **kw: mod.make_drafter(target)
+    for name in ("build_drafter", "build"):
         if callable(getattr(mod, name, None)):
             return getattr(mod, name)
     return None
@@ -153,7 +159,7 @@ def tree_settings_for(method: str, s: dict) -> dict:
         return {"max_ngram": int(s["pld_ngram"]), "num_tokens": int(s["pld_tokens"])}
     if method in ("eagle2", "eagle3"):
         return {"depth": int(s["depth"]), "top_k": int(s["tree_topk"]), "total_tokens": int(s["total_tokens"])}
-    if method in ("sps",):
+    if method == "sps":
         return {"depth": int(s["depth"])}
     return {}
 

@@ -83,7 +83,7 @@ S: dict[str, tuple[str, str]] = {
         "**corrects** it with a token drawn from exactly the right distribution, so the output is the same as if the target had "
         "written alone, only faster. Everything on these pages is computed live by a real engine on the real model.",
         "大模型每次前向只写出一个 token，而每次前向大部分时间都在等待权重从内存读入。推测解码让一个廉价的**草稿器**先猜出后续几个 token（一条链或一棵树），"
-        "再由**目标模型****一次前向**同时检查所有猜测。凡是目标模型认可的猜测都被免费保留；在第一个分歧处，目标模型用一个从完全正确的分布中抽取的 token 进行**纠正**，"
+        "再由**目标模型**通过**一次前向**同时检查所有猜测。凡是目标模型认可的猜测都被免费保留；在第一个分歧处，目标模型用一个从完全正确的分布中抽取的 token 进行**纠正**，"
         "因此输出与目标模型单独生成时完全相同，只是更快。本应用中的一切都由真实引擎在真实模型上实时计算。",
     ),
     "home.result": ("Result", "结果"),
