@@ -1,4 +1,4 @@
-"""SpecViz: `streamlit run app.py`. Navigation and the shared sidebar; pages live in pages/."""
+"""SpecViz: `streamlit run app.py`. Navigation and the shared sidebar; pages live in views/ (not pages/: Streamlit would auto-discover that folder and serve a deep link such as /decode from the bare page file on a fresh server, before app.py has declared its navigation)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ st.set_page_config(page_title="SpecViz", page_icon=":material/account_tree:", la
 render_sidebar()
 
 pages = [
-    st.Page("pages/home.py", title=tr("nav.home"), icon=":material/home:", default=True),
-    st.Page("pages/decode.py", title=tr("nav.decode"), icon=":material/account_tree:", url_path="decode"),
-    st.Page("pages/compare.py", title=tr("nav.compare"), icon=":material/compare_arrows:", url_path="compare"),
-    st.Page("pages/lossless.py", title=tr("nav.lossless"), icon=":material/verified:", url_path="lossless"),
-    st.Page("pages/free.py", title=tr("nav.free"), icon=":material/bolt:", url_path="free"),
-    st.Page("pages/rule.py", title=tr("nav.rule"), icon=":material/casino:", url_path="rule"),
+    st.Page("views/home.py", title=tr("nav.home"), icon=":material/home:", default=True),
+    st.Page("views/decode.py", title=tr("nav.decode"), icon=":material/account_tree:", url_path="decode"),
+    st.Page("views/compare.py", title=tr("nav.compare"), icon=":material/compare_arrows:", url_path="compare"),
+    st.Page("views/lossless.py", title=tr("nav.lossless"), icon=":material/verified:", url_path="lossless"),
+    st.Page("views/free.py", title=tr("nav.free"), icon=":material/bolt:", url_path="free"),
+    st.Page("views/rule.py", title=tr("nav.rule"), icon=":material/casino:", url_path="rule"),
 ]
 st.session_state["_in_app_run"] = True
 try:

@@ -121,8 +121,8 @@ S: dict[str, tuple[str, str]] = {
     "dec.stage_accept": ("3 · Accept or correct", "3 · 接受或纠正"),
     "dec.grow": ("Tree level shown", "显示到第几层"),
     "dec.draft_text": (
-        "The drafter proposed {n} tokens in {ms:.1f} ms (depth {d}). Node colour = drafted; hover a node for its draft probability q and score.",
-        "草稿器用 {ms:.1f} 毫秒提出了 {n} 个 token（深度 {d}）。悬停节点可查看草稿概率 q 与得分。",
+        "The drafter proposed {n} tokens in {ms:.2f} ms (depth {d}). Node colour = drafted; hover a node for its draft probability q and score.",
+        "草稿器用 {ms:.2f} 毫秒提出了 {n} 个 token（深度 {d}）。悬停节点可查看草稿概率 q 与得分。",
     ),
     "dec.no_draft": ("This method drafts nothing this round: the tree is the root alone, and the target simply samples one token.", "该方法本轮没有草稿：树只有根节点，目标模型只采样一个 token。"),
     "dec.verify_text": (

@@ -25,6 +25,7 @@ if not (Path(CHROMIUM).exists() and Path(DRIVER).exists()):
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.common.exceptions import TimeoutException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -144,42 +145,38 @@ def test_home(server, browser):
 
 
 def test_decode_round(server, browser):
+    """Opened by a deep link (?round=3 replays three rounds), then stepped, clicked and staged."""
     prompt = "Repeat exactly twice: the quick brown fox jumps over the lazy dog."
-    open_page(browser, f"{server}/decode?max_new=40&method=pld&prompt={prompt.replace(' ', '+')}")
-    click_button(browser, "Start / reset")
+    open_page(browser, f"{server}/decode?max_new=40&method=pld&round=3&prompt={prompt.replace(' ', '+')}")
+    heads = [h.text for h in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] h3')]
+    assert "Round 3 of 3" in heads, heads
+    nav = [a.text for a in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stSidebarNav"] a')]
+    assert any("Decode round" in n for n in nav), nav  # the app's navigation, not bare page files
+    click_button(browser, "Next round")
     idle(browser)
-    for _ in range(6):  # step until a round with a real draft appears (PLD needs a match)
-        click_button(browser, "Next round")
+    no_errors(browser)
+    assert "round=4" in browser.current_url
+    # click a drafted node: its p-vs-q bars and ancestor highlight appear
+    pts = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .scatterlayer .trace .points path")
+    assert len(pts) > 2
+    browser.execute_script("arguments[0].scrollIntoView({block:'center'});", pts[3])
+    ActionChains(browser).move_to_element(pts[3]).pause(0.3).click().perform()
+    idle(browser)
+    no_errors(browser)
+    strong = [m.text for m in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stMarkdownContainer"] strong')]
+    assert any(s.startswith("Selected node") for s in strong), strong
+    shot(browser, "decode_draft")
+    for stage, name in (("Verify", "decode_verify"), ("Accept", "decode_accept")):
+        labels = [lab for lab in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] label') if stage in lab.text]
+        assert labels, stage
+        labels[0].click()
         idle(browser)
         no_errors(browser)
-        pts = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .scatterlayer .trace .points path")
-        if len(pts) > 3:
-            break
-    assert browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
-    # stage 2: verify (the mask) then click a node of the tree
-    labels = [lab for lab in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] label') if "Verify" in lab.text]
-    assert labels
-    labels[0].click()
+        shot(browser, name)
+    click_button(browser, "Replay this round")
     idle(browser)
     no_errors(browser)
-    pts = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .scatterlayer .trace .points path")
-    if pts:
-        browser.execute_script("arguments[0].scrollIntoView({block:'center'});", pts[-1])
-        try:
-            from selenium.webdriver.common.action_chains import ActionChains
-
-            ActionChains(browser).move_to_element(pts[-1]).click().perform()
-            idle(browser)
-        except Exception:  # noqa: BLE001 - the click is a bonus; the page must stay healthy
-            pass
-    no_errors(browser)
-    shot(browser, "decode_verify")
-    labels = [lab for lab in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] label') if "Accept" in lab.text]
-    labels[0].click()
-    idle(browser)
-    no_errors(browser)
-    shot(browser, "decode_accept")
-    assert "round=" in browser.current_url
+    assert "identical trace: yes" in browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"]').text
 
 
 def test_rule(server, browser):

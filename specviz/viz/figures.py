@@ -104,13 +104,19 @@ def ancestors(trace: RoundTrace, node_id: int) -> list[int]:
     return out[::-1]
 
 
-def _node_hover(n: NodeTrace, lang: str) -> str:
+def _node_hover(n: NodeTrace, lang: str, reveal: bool = True) -> str:
     if n.parent < 0:
         return (
             f"<b>{html.escape(show_token(n.text))}</b> (id {n.token})<br>"
             f"{t('tree.root_hover', lang)}<br>{t('tree.position', lang)} {n.position}"
         )
     ratio = "–" if not n.q or n.p is None else f"{n.p / n.q:.3f}"
+    if not reveal:  # draft stage: the target has not spoken yet
+        return (
+            f"<b>{html.escape(show_token(n.text))}</b> (id {n.token}) · node {n.id}<br>"
+            f"q = {_fmt(n.q, 4)} · {t('tree.score', lang)} = {n.score:.3f} · {t('tree.rank', lang)} {n.rank}<br>"
+            f"{t('tree.depth', lang)} {n.depth} · {t('tree.position', lang)} {n.position}"
+        )
     return (
         f"<b>{html.escape(show_token(n.text))}</b> (id {n.token}) · node {n.id}<br>"
         f"p = {_fmt(n.p, 4)} · q = {_fmt(n.q, 4)} · p/q = {ratio}<br>"
@@ -172,7 +178,7 @@ def tree_figure(
                 textposition="top center",
                 textfont=dict(size=12),
                 customdata=[[n.id] for n in group],
-                hovertext=[_node_hover(n, lang) for n in group],
+                hovertext=[_node_hover(n, lang, reveal) for n in group],
                 hoverinfo="text",
                 name=t("status." + st, lang),
             )
@@ -180,9 +186,9 @@ def tree_figure(
     if show_extra and reveal and (max_depth is None or max_depth >= trace.nodes[-1].depth):
         anchor = trace.accepted_nodes[-1] if trace.accepted_nodes else trace.nodes[0].id
         ax, ay = pos[anchor]
-        # place the extra token one level right of its anchor, below the tree's lowest leaf
-        low = min(yy for _, yy in pos.values())
-        xx, yy = ax + 1, low - 1.0 if len(trace.nodes) > 1 else ay
+        # one level right of its anchor, just below whatever the tree has at that depth
+        same_x = [py for (px, py) in pos.values() if px == ax + 1]
+        xx, yy = ax + 1, (min(same_x) - 0.8) if same_x else ay
         src = trace.extra_source
         fig.add_trace(
             go.Scatter(x=[ax, xx], y=[ay, yy], mode="lines", line=dict(color=SOURCE_COLORS.get(src, "#555"), width=2, dash="dot"), hoverinfo="skip", showlegend=False)
@@ -203,14 +209,17 @@ def tree_figure(
             )
         )
     n_leaves = sum(1 for n in trace.nodes if not any(m.parent == n.id for m in trace.nodes))
+    ys = [yy for d in fig.data for yy in (d.y or []) if yy is not None]
+    xs = [xx_ for d in fig.data for xx_ in (d.x or []) if xx_ is not None]
     fig.update_layout(
-        height=height or max(260, min(900, 60 + 38 * n_leaves)),
-        margin=dict(l=10, r=10, t=30, b=10),
-        xaxis=dict(title=t("tree.depth", lang), dtick=1, showgrid=False, zeroline=False),
-        yaxis=dict(visible=False),
-        legend=dict(orientation="h", y=1.08, x=0),
+        height=height or max(280, min(900, 120 + 38 * n_leaves)),
+        margin=dict(l=10, r=10, t=10, b=10),
+        xaxis=dict(title=t("tree.depth", lang), dtick=1, showgrid=False, zeroline=False,
+                   range=[min(xs) - 0.4, max(xs) + 0.4] if xs else None),
+        yaxis=dict(visible=False, range=[min(ys) - 0.7, max(ys) + 0.7] if ys else None),
+        legend=dict(orientation="h", yanchor="top", y=-0.22, x=0),
         clickmode="event+select",
-        dragmode="select",
+        dragmode="zoom",  # a "select" dragmode would swallow single clicks
         plot_bgcolor="white",
         hoverlabel=dict(align="left"),
     )
@@ -256,8 +265,8 @@ def mask_figure(trace: RoundTrace, lang: str = "en", selected: int | None = None
     fig.update_layout(
         height=size,
         margin=dict(l=10, r=10, t=30, b=10),
-        yaxis=dict(autorange="reversed", title=t("mask.row_axis", lang), tickfont=dict(size=10)),
-        xaxis=dict(title=t("mask.col_axis", lang), tickangle=-60, tickfont=dict(size=10), side="top"),
+        yaxis=dict(autorange="reversed", title=dict(text=t("mask.row_axis", lang), standoff=4), tickfont=dict(size=10), automargin=True),
+        xaxis=dict(title=dict(text=t("mask.col_axis", lang), standoff=4), tickangle=-60, tickfont=dict(size=10), side="top", automargin=True),
         plot_bgcolor="white",
     )
     return fig
@@ -283,11 +292,11 @@ def pq_bars_figure(p_top, q_top, lang: str = "en", highlight=(), title: str = ""
                              marker_line=dict(color=["#111" if i in hl else "#ff7f0e" for i in ids], width=[3 if i in hl else 0 for i in ids])))
     fig.update_layout(
         barmode="group",
-        height=320,
-        margin=dict(l=10, r=10, t=40 if title else 20, b=10),
-        title=dict(text=title, font=dict(size=14)) if title else None,
+        height=340,
+        margin=dict(l=10, r=10, t=60 if title else 20, b=10),
+        title=dict(text=title, font=dict(size=13), x=0, xanchor="left", y=0.97, yanchor="top") if title else None,
         yaxis=dict(title=t("pq.prob", lang), rangemode="tozero"),
-        legend=dict(orientation="h", y=1.12),
+        legend=dict(orientation="h", yanchor="top", y=-0.25, x=0),
     )
     return fig
 
@@ -357,12 +366,14 @@ def walk_figure(trace: RoundTrace, lang: str = "en") -> go.Figure:
     fig = go.Figure()
     fig.add_trace(go.Bar(x=xs, y=thr, name=t("walk.threshold", lang),
                          marker_color=[STATUS_COLORS["accepted" if s.accepted else "rejected"] for s in steps], opacity=0.55,
+                         text=[("✓ " if s.accepted else "✗ ") + f"{v:.3f}" for s, v in zip(steps, thr)], textposition="outside",
+                         cliponaxis=False,
                          hovertemplate="%{x}<br>" + t("walk.threshold", lang) + " %{y:.4f}<extra></extra>"))
     us = [s.u for s in steps]
     if any(u is not None for u in us):
         fig.add_trace(go.Scatter(x=xs, y=us, mode="markers", name="u", marker=dict(symbol="line-ew", size=34, line=dict(width=4, color="#111")),
                                  hovertemplate="%{x}<br>u = %{y:.4f}<extra></extra>"))
-    fig.update_layout(height=300, margin=dict(l=10, r=10, t=20, b=10), yaxis=dict(range=[0, 1.05], title=t("walk.prob_axis", lang)),
+    fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), yaxis=dict(range=[0, 1.12], title=t("walk.prob_axis", lang)),
                       legend=dict(orientation="h", y=1.12))
     return fig
 
@@ -511,7 +522,7 @@ def toy_chain_figure(vocab: list[str], parts, lang: str = "en") -> go.Figure:
     fig.add_trace(go.Bar(x=vocab, y=parts.accepted, name=t("toy.accepted_mass", lang), marker_color="#2ca02c"))
     fig.add_trace(go.Bar(x=vocab, y=parts.from_residual, name=t("toy.residual_mass", lang), marker_color="#ff7f0e"))
     fig.add_trace(go.Scatter(x=vocab, y=parts.p, mode="markers", name="p", marker=dict(symbol="line-ew", size=40, line=dict(width=3, color="#1f77b4"))))
-    fig.add_trace(go.Scatter(x=vocab, y=parts.q, mode="markers", name="q", marker=dict(symbol="circle-open", size=12, line=dict(width=2, color="#111"))))
+    fig.add_trace(go.Scatter(x=vocab, y=parts.q, mode="markers", name="q", marker=dict(symbol="circle-open", size=13, color="#111", line=dict(width=2, color="#111"))))
     fig.update_layout(barmode="stack", height=360, margin=dict(l=10, r=10, t=20, b=10), yaxis=dict(title=t("pq.prob", lang), rangemode="tozero"),
                       legend=dict(orientation="h", y=1.14))
     return fig

@@ -154,25 +154,36 @@ st.caption(tr("dec.timing", d=1000 * trace.draft_time_s, v=1000 * trace.verify_t
 stage = st.radio(tr("dec.stage"), ["draft", "verify", "accept"], horizontal=True, key="dec_stage",
                  format_func=lambda k: tr("dec.stage_" + k))
 max_depth = max(nd.depth for nd in trace.nodes)
-sel = st.session_state.get("sel_node")
-if sel is not None and sel != EXTRA_ID and sel >= len(trace.nodes):
-    sel = None
 
 
-def tree_chart(fig, key):
-    ev = st.plotly_chart(fig, key=key, on_select="rerun", selection_mode="points", config={"displaylogo": False})
+def _selected_from(key: str):
+    """Node id clicked in the tree chart `key` (its selection lives in session state), or None."""
+    state = st.session_state.get(key)
     try:
-        pts = ev.selection.points if ev is not None else []
-    except AttributeError:
+        pts = state["selection"]["points"] if state else []
+    except (KeyError, TypeError):
         pts = []
-    if pts:
-        cd = pts[0].get("customdata")
-        if cd is not None:
-            node = int(cd[0] if isinstance(cd, (list, tuple)) else cd)
-            if node != st.session_state.get("sel_node"):
-                st.session_state["sel_node"] = node
-                st.rerun()
-    return fig
+    if not pts:
+        return None
+    cd = pts[0].get("customdata")
+    if cd is None:
+        return None
+    return int(cd[0] if isinstance(cd, (list, tuple)) else cd)
+
+
+def tree_chart(make_fig, key):
+    """Draw the tree; a click selects a node. The selection is read from session state *before*
+    drawing, so the highlight and the p-vs-q bars follow in the same run (no st.rerun)."""
+    node = _selected_from(key)
+    if node is not None and node != st.session_state.get("_last_click", {}).get(key):
+        st.session_state["sel_node"] = node
+    st.session_state.setdefault("_last_click", {})[key] = node
+    sel_now = st.session_state.get("sel_node")
+    if sel_now is not None and sel_now != EXTRA_ID and sel_now >= len(trace.nodes):
+        sel_now = None
+    fig = make_fig(sel_now)
+    st.plotly_chart(fig, key=key, on_select="rerun", selection_mode="points", config={"displaylogo": False})
+    return fig, sel_now
 
 
 left, right = st.columns([3, 2])
@@ -180,25 +191,27 @@ with left:
     if stage == "draft":
         if len(trace.nodes) == 1:
             st.info(tr("dec.no_draft"))
-            fig = tree_chart(tree_figure(trace, L, reveal=False), f"tree_draft_{view}")
+            fig, sel = tree_chart(lambda sl: tree_figure(trace, L, selected=sl, reveal=False), f"tree_draft_{view}")
         else:
             lvl = st.slider(tr("dec.grow"), 1, max_depth, max_depth, key=f"grow_{view}") if max_depth > 1 else 1
             st.caption(tr("dec.draft_text", n=len(trace.nodes) - 1, ms=1000 * trace.draft_time_s, d=max_depth))
-            fig = tree_chart(tree_figure(trace, L, selected=sel, max_depth=lvl, reveal=False), f"tree_draft_{view}_{lvl}")
+            fig, sel = tree_chart(lambda sl: tree_figure(trace, L, selected=sl, max_depth=lvl, reveal=False), f"tree_draft_{view}_{lvl}")
     elif stage == "verify":
         st.caption(tr("dec.verify_text", n=len(trace.nodes), L=trace.prefix_len, ms=1000 * trace.verify_time_s))
-        fig = tree_chart(tree_figure(trace, L, selected=sel, reveal=False), f"tree_verify_{view}")
+        fig, sel = tree_chart(lambda sl: tree_figure(trace, L, selected=sl, reveal=False), f"tree_verify_{view}")
     else:
-        fig = tree_chart(tree_figure(trace, L, selected=sel), f"tree_accept_{view}")
+        fig, sel = tree_chart(lambda sl: tree_figure(trace, L, selected=sl), f"tree_accept_{view}")
     st.caption(tr("dec.click"))
 with right:
+    shown = sel if sel is not None else 0
+    pq = node_pq_figure(trace, shown, L)
+    title = pq.layout.title.text or ""
+    pq.update_layout(title=None, margin=dict(t=20))  # the title goes above, clear of the modebar
     if sel is not None:
         st.markdown(f"**{tr('dec.selected', id='★' if sel == EXTRA_ID else sel)}**")
-        st.plotly_chart(node_pq_figure(trace, sel, L), key=f"pq_{view}_{sel}", config={"displaylogo": False})
-        st.caption(tr("pq.top_note"))
-    else:
-        st.plotly_chart(node_pq_figure(trace, 0, L), key=f"pq_{view}_root", config={"displaylogo": False})
-        st.caption(tr("pq.top_note"))
+    st.markdown(title)
+    st.plotly_chart(pq, key=f"pq_{view}_{shown}", config={"displaylogo": False})
+    st.caption(tr("pq.top_note"))
 
 if stage == "verify":
     mfig = mask_figure(trace, L, selected=sel if sel is not None and sel >= 0 else None)
