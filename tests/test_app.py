@@ -87,7 +87,7 @@ def test_unavailable_method_is_listed_and_disabled():
 
 def test_decode_round_stepper():
     at = ok(new_app().run())
-    at.switch_page("pages/decode.py").run()
+    at.switch_page("views/decode.py").run()
     ok(at)
     at.text_area(key="prompt_decode").set_value("Repeat twice: red green blue, red green blue.").run()
     at.button(key="dec_start").click().run()
@@ -114,7 +114,7 @@ def test_decode_round_stepper():
 
 def test_deep_link_reopens_round():
     at = new_app(prompt="Count to five: one, two", round="3", method="vanilla", seed="7")
-    at.switch_page("pages/decode.py")
+    at.switch_page("views/decode.py")
     at.run()
     ok(at)
     sess = at.session_state["dec"]
@@ -124,7 +124,7 @@ def test_deep_link_reopens_round():
 
 def test_rule_page():
     at = ok(new_app().run())
-    at.switch_page("pages/rule.py").run()
+    at.switch_page("views/rule.py").run()
     ok(at)
     at.selectbox(key="toy_preset").set_value("identical").run()
     ok(at)
@@ -137,7 +137,7 @@ def test_rule_page():
 
 def test_free_page_measures():
     at = ok(new_app().run())
-    at.switch_page("pages/free.py").run()
+    at.switch_page("views/free.py").run()
     at.number_input(key="free_reps").set_value(1).run()
     at.button(key="free_measure").click().run()
     ok(at)
@@ -153,7 +153,7 @@ def test_free_page_measures():
 def test_lossless_page_correct_vs_broken():
     pytest.importorskip("specviz.lossless")
     at = ok(new_app().run())
-    at.switch_page("pages/lossless.py").run()
+    at.switch_page("views/lossless.py").run()
     ok(at)
     at.select_slider(key="loss_n").set_value(200).run()
     at.selectbox(key="loss_variant").set_value("no-rejection").run()
@@ -168,7 +168,7 @@ def test_lossless_page_correct_vs_broken():
 def test_compare_page():
     at = ok(new_app().run())
     side(at, "number_input", "max_new", 6)
-    at.switch_page("pages/compare.py").run()
+    at.switch_page("views/compare.py").run()
     ok(at)
     at.button(key="cmp_run").click().run()
     ok(at)
