@@ -11,19 +11,16 @@ from specviz.drafters.sps import SpSDrafter
 from specviz.engine import SpeculativeDecoder, vanilla_generate
 from specviz.examples import EXAMPLE_PROMPTS
 from specviz.sampling import SamplingParams
-from specviz.target import TargetModel
+from specviz.target import load_target
 
 N_PROMPTS, N_TOKENS = 50, 128
 
 
-def early_exit_model(target, n_layers=6) -> TargetModel:
-    """A chain drafter needing no training: the target's first layers + its norm and LM head."""
-    m = target.model
-    small = TargetModel.__new__(TargetModel)
-    small.__dict__.update(m.__dict__)
-    small.cfg = dataclasses.replace(m.cfg, n_layers=n_layers)
-    small.layers = m.layers[:n_layers]
-    return small
+@pytest.fixture(scope="module")
+def bf16_draft():
+    """A chain drafter needing no training: the target itself in bf16. It agrees with the fp32
+    target most of the time but not always, so both acceptance and rejection get exercised."""
+    return load_target(dtype=torch.bfloat16).model
 
 
 @pytest.fixture(scope="module")
@@ -43,20 +40,20 @@ def test_pld_greedy_identical_to_vanilla(target, vanilla_outputs):
 
 
 @pytest.mark.slow
-def test_chain_drafter_greedy_identical_to_vanilla(target, vanilla_outputs):
-    drafter = SpSDrafter(early_exit_model(target), gamma=4)
+def test_chain_drafter_greedy_identical_to_vanilla(target, vanilla_outputs, bf16_draft):
+    drafter = SpSDrafter(bf16_draft, gamma=3)
     rounds = tokens = 0
     for prompt, ref in zip(EXAMPLE_PROMPTS[:N_PROMPTS], vanilla_outputs):
         res = SpeculativeDecoder(target, drafter, detail=False).generate(prompt, N_TOKENS)
         assert res.tokens == ref, prompt
         rounds, tokens = rounds + res.rounds, tokens + len(res.tokens)
-    assert tokens / rounds > 1.2, "the early-exit draft should get some tokens accepted"
+    assert 2.0 < tokens / rounds < 4.0, "most but not all bf16 drafts should be accepted"
 
 
-def test_trace_is_consistent(target):
+def test_trace_is_consistent(target, bf16_draft):
     """Accepted nodes form a root path, committed = their tokens + the extra, mask = ancestry."""
     prompt = "Repeat exactly: one two three four five six. One two three four five six."
-    dec = SpeculativeDecoder(target, SpSDrafter(early_exit_model(target), gamma=4), SamplingParams(0.8, top_p=0.95), seed=3)
+    dec = SpeculativeDecoder(target, SpSDrafter(bf16_draft, gamma=4), SamplingParams(0.8, top_p=0.95), seed=3)
     dec.start(prompt, 40)
     while not dec.done:
         tr = dec.step()
@@ -64,8 +61,8 @@ def test_trace_is_consistent(target):
         path = tr.accepted_nodes
         for a, b in zip([0] + path, path):
             assert nodes[b].parent == a and nodes[b].status == "accepted"
-        assert tr.committed[: len(path)] == [nodes[i].token for i in path]
-        assert tr.committed[len(path)] == tr.extra_token or tr.finished
+        full = [nodes[i].token for i in path] + [tr.extra_token]
+        assert tr.committed == full or (tr.finished and tr.committed == full[: len(tr.committed)])
         for i, n in enumerate(nodes):
             anc = {i}
             j = n.parent
@@ -78,7 +75,7 @@ def test_trace_is_consistent(target):
         assert tr.extra_source in ("bonus", "resampled")
     assert sum(len(t.committed) for t in dec.traces) == len(dec.generated)
     assert len(dec.generated) == 40 or dec.generated[-1] in target.eos_ids
-    assert len(dec.traces) < len(dec.generated), "the early-exit draft should get tokens accepted"
+    assert len(dec.traces) < len(dec.generated), "the bf16 draft should get tokens accepted"
 
 
 def test_replay_reproduces_the_round(target):
