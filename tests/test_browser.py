@@ -208,7 +208,7 @@ def test_lossless(server, browser):
 
 
 def test_compare(server, browser):
-    open_page(browser, f"{server}/compare?max_new=24")
+    open_page(browser, f"{server}/compare?max_new=32&prompt=Summarise%3A+The+cat+sat+on+the+mat.+The+cat+was+happy+on+the+mat+because+the+mat+was+warm.")
     click_button(browser, "Run comparison")
     idle(browser, timeout=400)
     no_errors(browser)

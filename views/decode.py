@@ -27,6 +27,7 @@ from specviz.viz import (
     legend_html,
     mask_figure,
     node_pq_figure,
+    token_sources,
     tree_figure,
     walk_figure,
     walk_table,
@@ -230,7 +231,8 @@ elif stage == "accept":
 st.subheader(tr("dec.text_so_far"))
 st.html(colored_text_html(traces[: view + 1], L, by_round=True))
 with st.expander(tr("home.legend")):
-    st.html(legend_html(L))
+    present = {src for _, src, _ in token_sources(traces[: view + 1])}
+    st.html(legend_html(L, [x for x in ("accepted", "bonus", "resampled", "greedy-correction", "vanilla") if x in present]))
     st.html(colored_text_html(traces[: view + 1], L))
 
 d = st.columns(3)

@@ -18,7 +18,7 @@ from specviz.appstate import (
     settings,
     tr,
 )
-from specviz.viz import colored_text_html, legend_html
+from specviz.viz import colored_text_html, legend_html, token_sources
 
 page_setup()
 st.title(tr("home.title"))
@@ -84,7 +84,9 @@ if r:
     c[3].metric(tr("c.speedup"), f"{r['tps'] / r['vanilla_tps']:.2f}x" if r["vanilla_tps"] else "–")
     c[4].metric(tr("c.rounds"), f"{r['rounds']}")
     st.caption(tr("home.legend"))
-    st.html(legend_html(lang()))
+    present = {src for _, src, _ in token_sources(r["traces"])}
+    order = ["accepted", "bonus", "resampled", "greedy-correction", "vanilla"]
+    st.html(legend_html(lang(), [x for x in order if x in present] or order[:3]))
     st.html(colored_text_html(r["traces"], lang()))
     if r["greedy"]:
         st.caption(tr("home.vanilla_same", same=tr("home.yes") if r["identical"] else tr("home.no")))

@@ -38,6 +38,7 @@ SOURCE_BG = {
     "greedy-correction": "rgba(255,127,14,0.30)",
     "vanilla": "rgba(148,103,189,0.18)",
 }
+LEGEND_TOP = dict(orientation="h", yanchor="bottom", y=1.02, x=0, xanchor="left")  # clear of the modebar
 EXTRA_ID = -1  # customdata id of the extra (bonus / corrected) token drawn after the tree
 
 
@@ -374,7 +375,7 @@ def walk_figure(trace: RoundTrace, lang: str = "en") -> go.Figure:
         fig.add_trace(go.Scatter(x=xs, y=us, mode="markers", name="u", marker=dict(symbol="line-ew", size=34, line=dict(width=4, color="#111")),
                                  hovertemplate="%{x}<br>u = %{y:.4f}<extra></extra>"))
     fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), yaxis=dict(range=[0, 1.12], title=t("walk.prob_axis", lang)),
-                      legend=dict(orientation="h", y=1.12))
+                      legend=LEGEND_TOP)
     return fig
 
 
@@ -424,9 +425,9 @@ def accept_length_hist(lengths_by_method: dict[str, list[int]], lang: str = "en"
             continue
         c = np.bincount(np.asarray(v, dtype=int), minlength=top + 1)[1:]
         fig.add_trace(go.Bar(x=list(range(1, top + 1)), y=c / max(1, len(v)), name=name))
-    fig.update_layout(barmode="group", height=320, margin=dict(l=10, r=10, t=20, b=10),
+    fig.update_layout(barmode="group", height=320, margin=dict(l=10, r=10, t=50, b=10),
                       xaxis=dict(title=t("stats.tokens_per_round", lang), dtick=1), yaxis=dict(title=t("stats.fraction_rounds", lang)),
-                      legend=dict(orientation="h", y=1.12))
+                      legend=LEGEND_TOP)
     return fig
 
 
@@ -452,8 +453,8 @@ def depth_acceptance_figure(rates_by_method: dict[str, list[float]], lang: str =
     for name, r in rates_by_method.items():
         if r:
             fig.add_trace(go.Scatter(x=list(range(1, len(r) + 1)), y=r, mode="lines+markers", name=name))
-    fig.update_layout(height=320, margin=dict(l=10, r=10, t=20, b=10), xaxis=dict(title=t("tree.depth", lang), dtick=1),
-                      yaxis=dict(title=t("stats.accept_rate", lang), range=[0, 1.05]), legend=dict(orientation="h", y=1.12))
+    fig.update_layout(height=320, margin=dict(l=10, r=10, t=50, b=10), xaxis=dict(title=t("tree.depth", lang), dtick=1),
+                      yaxis=dict(title=t("stats.accept_rate", lang), range=[0, 1.05]), legend=LEGEND_TOP)
     return fig
 
 
@@ -467,9 +468,9 @@ def samples_hist_figure(labels: list[str], counts: dict[str, list[float]], lang:
     if expected is not None:
         fig.add_trace(go.Scatter(x=labels, y=expected, mode="markers", name=t("loss.exact_p", lang),
                                  marker=dict(symbol="diamond", size=9, color="#111")))
-    fig.update_layout(barmode="group", height=360, margin=dict(l=10, r=10, t=20, b=10),
+    fig.update_layout(barmode="group", height=360, margin=dict(l=10, r=10, t=50, b=10),
                       yaxis=dict(title=t("stats.frequency", lang)), xaxis=dict(tickangle=-45),
-                      legend=dict(orientation="h", y=1.12))
+                      legend=LEGEND_TOP)
     return fig
 
 
@@ -482,8 +483,8 @@ def latency_curve_figure(n_tokens: list[int], ms: list[float], lang: str = "en",
     if n_tokens and n_tokens[0] == 1:
         fig.add_trace(go.Scatter(x=n_tokens, y=[ms[0] * n for n in n_tokens], mode="lines", line=dict(dash="dot", color="#999"),
                                  name=t("free.n_passes", lang)))
-    fig.update_layout(height=360, margin=dict(l=10, r=10, t=20, b=10), xaxis=dict(title=t("free.tokens_axis", lang)),
-                      yaxis=dict(title=t("free.ms_axis", lang), rangemode="tozero"), legend=dict(orientation="h", y=1.12))
+    fig.update_layout(height=360, margin=dict(l=10, r=10, t=50, b=10), xaxis=dict(title=t("free.tokens_axis", lang)),
+                      yaxis=dict(title=t("free.ms_axis", lang), rangemode="tozero"), legend=LEGEND_TOP)
     return fig
 
 
@@ -493,8 +494,8 @@ def latency_grid_figure(batches: list[int], n_tokens: list[int], ms: list[list[f
     for b, row in zip(batches, ms):
         fig.add_trace(go.Scatter(x=n_tokens, y=[m / row[0] for m in row], mode="lines+markers", name=f"B={b}",
                                  customdata=row, hovertemplate="N=%{x}<br>%{y:.2f}x · %{customdata:.1f} ms<extra>B=" + str(b) + "</extra>"))
-    fig.update_layout(height=360, margin=dict(l=10, r=10, t=20, b=10), xaxis=dict(title=t("free.tokens_axis", lang)),
-                      yaxis=dict(title=t("free.rel_axis", lang), rangemode="tozero"), legend=dict(orientation="h", y=1.12))
+    fig.update_layout(height=360, margin=dict(l=10, r=10, t=50, b=10), xaxis=dict(title=t("free.tokens_axis", lang)),
+                      yaxis=dict(title=t("free.rel_axis", lang), rangemode="tozero"), legend=LEGEND_TOP)
     return fig
 
 
@@ -509,7 +510,7 @@ def predicted_speedup(tau: float, t1_ms: float, tn_ms: float, draft_ms: float = 
 def speedup_by_batch_figure(batches: list[int], speedups: list[float], lang: str = "en") -> go.Figure:
     fig = go.Figure(go.Bar(x=[str(b) for b in batches], y=speedups, marker_color="#2ca02c", text=[f"{s:.2f}x" for s in speedups], textposition="outside"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#888")
-    fig.update_layout(height=320, margin=dict(l=10, r=10, t=20, b=10), xaxis=dict(title=t("free.batch_axis", lang), type="category"),
+    fig.update_layout(height=320, margin=dict(l=10, r=10, t=50, b=10), xaxis=dict(title=t("free.batch_axis", lang), type="category"),
                       yaxis=dict(title=t("free.speedup_axis", lang), rangemode="tozero"))
     return fig
 
@@ -523,8 +524,8 @@ def toy_chain_figure(vocab: list[str], parts, lang: str = "en") -> go.Figure:
     fig.add_trace(go.Bar(x=vocab, y=parts.from_residual, name=t("toy.residual_mass", lang), marker_color="#ff7f0e"))
     fig.add_trace(go.Scatter(x=vocab, y=parts.p, mode="markers", name="p", marker=dict(symbol="line-ew", size=40, line=dict(width=3, color="#1f77b4"))))
     fig.add_trace(go.Scatter(x=vocab, y=parts.q, mode="markers", name="q", marker=dict(symbol="circle-open", size=13, color="#111", line=dict(width=2, color="#111"))))
-    fig.update_layout(barmode="stack", height=360, margin=dict(l=10, r=10, t=20, b=10), yaxis=dict(title=t("pq.prob", lang), rangemode="tozero"),
-                      legend=dict(orientation="h", y=1.14))
+    fig.update_layout(barmode="stack", height=360, margin=dict(l=10, r=10, t=50, b=10), yaxis=dict(title=t("pq.prob", lang), rangemode="tozero"),
+                      legend=LEGEND_TOP)
     return fig
 
 
@@ -534,8 +535,8 @@ def toy_two_figure(vocab: list[str], parts, lang: str = "en") -> go.Figure:
     fig.add_trace(go.Bar(x=vocab, y=parts.via2, name=t("toy.via2", lang, tok=vocab[parts.x2]), marker_color="#98df8a"))
     fig.add_trace(go.Bar(x=vocab, y=parts.via_res, name=t("toy.via_res", lang), marker_color="#ff7f0e"))
     fig.add_trace(go.Scatter(x=vocab, y=parts.p, mode="markers", name="p", marker=dict(symbol="line-ew", size=40, line=dict(width=3, color="#1f77b4"))))
-    fig.update_layout(barmode="stack", height=360, margin=dict(l=10, r=10, t=20, b=10), yaxis=dict(title=t("pq.prob", lang), rangemode="tozero"),
-                      legend=dict(orientation="h", y=1.14))
+    fig.update_layout(barmode="stack", height=360, margin=dict(l=10, r=10, t=50, b=10), yaxis=dict(title=t("pq.prob", lang), rangemode="tozero"),
+                      legend=LEGEND_TOP)
     return fig
 
 
@@ -544,8 +545,8 @@ def toy_sim_figure(vocab: list[str], counts, p, lang: str = "en") -> go.Figure:
     fig = go.Figure()
     fig.add_trace(go.Bar(x=vocab, y=c / max(1.0, c.sum()), name=t("toy.simulated", lang), marker_color="#9467bd"))
     fig.add_trace(go.Scatter(x=vocab, y=p, mode="markers", name="p", marker=dict(symbol="diamond", size=11, color="#1f77b4")))
-    fig.update_layout(height=300, margin=dict(l=10, r=10, t=20, b=10), yaxis=dict(title=t("stats.frequency", lang), rangemode="tozero"),
-                      legend=dict(orientation="h", y=1.14))
+    fig.update_layout(height=300, margin=dict(l=10, r=10, t=50, b=10), yaxis=dict(title=t("stats.frequency", lang), rangemode="tozero"),
+                      legend=LEGEND_TOP)
     return fig
 
 
