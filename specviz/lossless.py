@@ -69,6 +69,11 @@ class _TreeView:
             pre = self.prefix_of[tree.parents[i]] + (tree.tokens[i],)
             self.prefix_of[i] = pre
             self.node_of.setdefault(pre, i)
+        # tokens z with prefix + (z,) somewhere in the tree (duplicate siblings: several subtrees)
+        self.next_tokens: dict[tuple, list[int]] = {}
+        for pre in self.node_of:
+            if pre:
+                self.next_tokens.setdefault(pre[:-1], []).append(pre[-1])
         self.without_replacement = bool(getattr(tree, "without_replacement", False))
 
     root = 0
@@ -98,9 +103,8 @@ class _TreeView:
         return _d(d[h])
 
     def child(self, h, x):
-        for c in self.kids[h]:
-            if self.tree.tokens[c] == x:
-                return c
+        # only reached below a *drawn* level: the subtree under a drawn token is itself random,
+        # and this one tree shows a single draw of it
         raise SpecVizError(
             "A sampled tree is random: the exact distribution beyond its first token needs the draft and "
             "target distributions after every possible draw (use a PrefixModel)."
@@ -110,10 +114,7 @@ class _TreeView:
         return prefix in self.node_of
 
     def next_available(self, prefix):
-        node = self.node_of.get(prefix)
-        if node is None:
-            return []
-        return list(dict.fromkeys(self.tree.tokens[c] for c in self.kids[node]))
+        return self.next_tokens.get(prefix, [])
 
     def p_prefix(self, prefix):
         return self._p[self.node_of[prefix]]

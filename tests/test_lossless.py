@@ -88,12 +88,22 @@ def test_exact_distribution_equals_warped_target(seed, V, widths, sampled, wo, p
 
 
 def random_tree(seed, V, n_nodes, sampled):
+    """Random shape and tokens (duplicate siblings allowed); rows depend on the token path only,
+    as they do for a real target (the same prefix has the same next-token distribution)."""
     g = torch.Generator().manual_seed(seed)
     parents = [-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, n_nodes)]
-    tokens = [int(t) for t in torch.randint(0, V, (n_nodes,), generator=g)]  # duplicates allowed
+    tokens = [int(t) for t in torch.randint(0, V, (n_nodes,), generator=g)]
     tree = DraftTree(tokens=tokens, parents=parents, q=[1.0] * n_nodes, sampled=sampled)
-    tree.dists = {i: torch.softmax(torch.randn(V, generator=g) * 2, -1) for i in range(n_nodes)}
-    logits = torch.randn(n_nodes, V, generator=g) * 3
+    paths = [()] * n_nodes
+    for i in range(1, n_nodes):
+        paths[i] = paths[parents[i]] + (tokens[i],)
+    rows, dists = {}, {}
+    for path in paths:
+        if path not in rows:
+            rows[path] = torch.randn(V, generator=g) * 3
+            dists[path] = torch.softmax(torch.randn(V, generator=g) * 2, -1)
+    tree.dists = {i: dists[paths[i]] for i in range(n_nodes)}
+    logits = torch.stack([rows[path] for path in paths])
     return tree, logits
 
 
@@ -110,6 +120,15 @@ def test_exact_on_draft_trees(seed, V, n, params, sampled):
     kmax = 1 if (sampled and not params.greedy) else min(3, tree.max_depth + 1)
     for k in range(1, kmax + 1):
         assert exact_max_diff(tree, p, params, k=k, p_raw=p_raw) < TOL
+
+
+def test_sampled_draft_tree_beyond_first_token_needs_a_model():
+    from specviz import SpecVizError
+
+    tree, logits = random_tree(1, 3, 8, True)
+    p = probs(logits, SamplingParams(temperature=1.0))
+    with pytest.raises(SpecVizError, match="PrefixModel"):
+        exact_max_diff(tree, p, SamplingParams(temperature=1.0), k=2)
 
 
 def test_exact_dist_k_is_a_distribution_and_matches_products():
