@@ -38,7 +38,7 @@ from typing import Callable
 import torch
 
 from . import SpecVizError
-from .sampling import SamplingParams, probs, sample, warp_logits
+from .sampling import SamplingParams, probs, sample
 from .tree import DraftTree
 from .verify import Policy, get_policy, verify
 
@@ -888,7 +888,7 @@ class CheckResult:
     passed: bool
     alpha: float
     seconds: float
-    samples_per_s: float
+    samples_per_s: float  # vanilla + speculative samples drawn per second (whole check)
     forwards: int
     forward_seconds: float  # of `seconds`, time spent in target forwards
     prefixes: int
@@ -921,7 +921,7 @@ def exact_at_prompt(oracle: TargetOracle, drafter, params: SamplingParams, horiz
     return diff, kmax, len(tree) - 1
 
 
-class _threads:
+class torch_threads:
     """Temporarily set torch's intra-op threads. On a small shared CPU the many tiny vector ops of
     sampling (and even the forwards) run far faster on one thread than with OpenMP contention."""
 
@@ -948,7 +948,7 @@ def run_check(target, drafter, prompt_ids, params: SamplingParams, samples: int 
     within `exact_tol`. Pass `oracle` to reuse memoised target rows across checks of one prompt.
     `threads`: torch threads during the check (None: leave as is).
     """
-    with _threads(threads):
+    with torch_threads(threads):
         return _run_check(target, drafter, prompt_ids, params, samples, horizon, seed, variant, progress, alpha,
                           exact_tol, oracle)
 
@@ -1081,7 +1081,7 @@ def main(argv=None) -> int:
         if not ids:
             raise SpecVizError("The prompt encodes to no tokens.")
         variant = args.broken or "correct"
-        with _threads(1):
+        with torch_threads(1):
             oracle = TargetOracle(target, ids, params)
             toy = {k: v for k, v in (("scale", args.draft_scale), ("noise", args.draft_noise)) if v is not None}
             if toy and args.method not in METHODS:

@@ -43,7 +43,11 @@ class VerifyResult:
     extra_token: int  # the token the target adds after the accepted path
     extra_source: str  # greedy-correction | bonus | resampled
     extra_dist: torch.Tensor  # [V] the distribution the extra token was drawn from
-    steps: list[dict] = field(default_factory=list)  # one per tried node, in order
+    # one per tried node, in order: node, depth, token, p (under the current residual), q (the
+    # draft's probability: tree.q for deterministic drafts, where the rule itself uses one-hot q),
+    # ratio (p / q_rule: equals p for deterministic drafts; None for greedy), u (None for greedy),
+    # accepted, residual (the new residual after a rejection, else None)
+    steps: list[dict] = field(default_factory=list)
     rule: str = ""  # greedy | chain | tree-deterministic | tree-sampled
 
     @property

@@ -109,7 +109,6 @@ REAL = [
 
 @pytest.fixture(scope="module")
 def oracles(target):
-    torch.set_num_threads(1)
     ids = target.tokenizer.encode(PROMPT)
     cache = {}
 

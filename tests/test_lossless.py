@@ -175,7 +175,6 @@ SETTINGS = {
 
 @pytest.fixture(scope="module")
 def real(target):
-    torch.set_num_threads(1)  # tiny vector ops: one thread is far faster on the shared 2-core box
     ids = target.tokenizer.encode(PROMPT)
     oracles = {}
 

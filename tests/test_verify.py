@@ -8,7 +8,7 @@ import torch
 from scipy.stats import chisquare
 
 from specviz import SpecVizError
-from specviz.lossless import PrefixModel, exact_dist_k
+from specviz.lossless import PrefixModel, exact_dist_k, torch_threads
 from specviz.sampling import SamplingParams, probs, sample
 from specviz.tree import DraftTree
 from specviz.verify import VerifyResult, verify
@@ -154,6 +154,11 @@ def _toy_model(seed, V, widths, sampled, wo=False, params=T1):
 
 
 def _simulate(model, params, variant, n, seed, k=2):
+    with torch_threads(1):  # thousands of tiny ops: one thread avoids OpenMP contention
+        return _simulate1(model, params, variant, n, seed, k)
+
+
+def _simulate1(model, params, variant, n, seed, k):
     g = gen(seed)
     cnt = Counter()
     for _ in range(n):
