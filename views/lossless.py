@@ -56,6 +56,12 @@ def _label(m):
     return method_label(m)
 
 
+# deep link: ?variant=NAME&loss_method=M opens the page on a bug of the zoo
+if "loss_variant" not in st.session_state and st.query_params.get("variant") in bugs.VARIANTS:
+    st.session_state["loss_variant"] = st.query_params["variant"]
+if "loss_method" not in st.session_state and st.query_params.get("check_method") in options:
+    st.session_state["loss_method"] = st.query_params["check_method"]
+
 c = st.columns(4)
 method = c[0].selectbox(tr("sb.method"), options, format_func=_label, key="loss_method")
 temperature = c[1].slider(tr("sb.temperature"), 0.0, 2.0, 0.7, 0.05, key="loss_temp")

@@ -156,7 +156,7 @@ def tree_figure(
             tgt[1].extend([y0, y1, None])
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#b0b0b0", width=1.5), hoverinfo="skip", showlegend=False))
     if px_:
-        fig.add_trace(go.Scatter(x=px_, y=py_, mode="lines", line=dict(color="#111", width=3.5), hoverinfo="skip", showlegend=False))
+        fig.add_trace(go.Scatter(x=px_, y=py_, mode="lines", line=dict(color="#08306b", width=3, dash="dot"), hoverinfo="skip", showlegend=False))
     statuses = ["root", "accepted", "rejected", "untried"] if reveal else ["root", "drafted"]
     for st in statuses:
         group = [n for n in shown if (n.status if reveal else ("root" if n.parent < 0 else "drafted")) == st]
@@ -171,7 +171,7 @@ def tree_figure(
                     size=[30 if n.id == selected else 22 for n in group],
                     color=STATUS_COLORS[st],
                     line=dict(
-                        color=["#111" if n.id in path else "white" for n in group],
+                        color=["#08306b" if n.id in path else "white" for n in group],
                         width=[3 if n.id in path else 1 for n in group],
                     ),
                 ),
