@@ -52,7 +52,7 @@ with live:
         st.session_state.pop("cmp_error", None)
         s = settings()
         text = current_prompt("compare")
-        rows, first, lengths, depth = [], {}, {}, {}
+        rows, first, lengths, depth, draft_ms = [], {}, {}, {}, {}
         todo = ["vanilla"] + [m for m in chosen if m != "vanilla"]
         bar = st.progress(0.0)
         try:
@@ -69,6 +69,7 @@ with live:
                 dec.start(text, int(s["max_new"]))
                 first[m] = dec.step()
                 lengths[m] = [tc.accept_length for tc in res.traces]
+                draft_ms[m] = 1000 * sum(tc.draft_time_s for tc in res.traces) / max(1, res.rounds)
                 depth[m] = acceptance_by_depth(res.traces)
                 rows.append({
                     tr("cmp.col_method"): method_label(m),
@@ -88,8 +89,7 @@ with live:
         runs = [m for m in todo if m != "vanilla" and m in first]
         if runs:
             r0 = next(r for r in rows if r[tr("cmp.col_method")] == method_label(runs[0]))
-            tc = first[runs[0]]
-            st.session_state["last_run"] = {"method": runs[0], "tau": r0["tau"], "draft_ms": 1000 * tc.draft_time_s}
+            st.session_state["last_run"] = {"method": runs[0], "tau": r0["tau"], "draft_ms": draft_ms[runs[0]]}
 
     if st.button(tr("cmp.run"), type="primary", disabled=target is None or not chosen, key="cmp_run"):
         run()
