@@ -18,10 +18,24 @@ Two kinds of evidence, both usable from tests, the command line and the app:
   waves so each wave costs a few batched forwards. Then a chi-square test of the two histograms
   and the total-variation distance with a confidence bound.
 
-Command line::
+Drafters for the check: the engine's own (prompt lookup, ``--method pld``; any deterministic
+Drafter is memoised per prefix) and weightless toy drafters built on the target's logits
+(``toy-sps`` sampled chain, ``toy-specinfer`` sampled tree, ``toy-topk`` deterministic tree), which
+always have drafts and rejections. Trees are pruned to the tokens still missing, as the engine
+does near its budget, so no target row beyond the horizon is ever computed.
 
-    python -m specviz.lossless --method toy-sps --samples 4000 --horizon 3 --temperature 1.0
-    python -m specviz.lossless --method pld --prompt "..." --broken          # negative control
+Speed: torch.multinomial (used by ``sampling.sample`` for every bonus/resampled token) costs about
+1.7 ms on a 49k vocabulary here, most of a check's time; and on the shared 2-core box the many
+tiny vector ops are ~10x faster on one thread, so ``run_check`` sets torch to one thread while it
+runs (``threads=``).
+
+Command line (prints the exact difference, p-value, TV and bound; last line PASS or FAIL,
+exit 0/1; bad input exits 2)::
+
+    python -m specviz.lossless --samples 10000 --horizon 3 --temperature 1.0
+    python -m specviz.lossless --method toy-topk --top-k 20 --samples 10000
+    python -m specviz.lossless --method pld --prompt "I flipped a coin and it landed on heads. \
+        I flipped a coin and it landed on" --samples 10000 --broken            # negative control
 """
 
 from __future__ import annotations
