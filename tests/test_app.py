@@ -65,10 +65,18 @@ def test_language_switch_to_chinese():
     assert at.title[0].value == "推测解码，一步一步看"
 
 
-def test_empty_prompt_gives_inline_error():
+def test_empty_prompt_gives_inline_error_and_keeps_state():
     at = ok(new_app().run())
+    side(at, "number_input", "max_new", 4)
+    at.button(key="home_generate").click().run()
+    before = at.session_state["home_result"]["text"]
     at.text_area(key="prompt_home").set_value("   ").run()
     at.button(key="home_generate").click().run()
+    ok(at)
+    assert any("empty" in e for e in errors(at))
+    assert at.session_state["home_result"]["text"] == before  # the last good result is kept
+    at.switch_page("views/decode.py").run()
+    at.button(key="dec_start").click().run()
     ok(at)
     assert any("empty" in e for e in errors(at))
 

@@ -67,8 +67,7 @@ def do_start(rounds: int = 0):
             step_session(sess)
         st.session_state["dec_view"] = len(sess.decoder.traces) - 1
         _set_round_param(len(sess.decoder.traces) or None)
-    except SpecVizError as e:
-        st.session_state.pop("dec", None)
+    except SpecVizError as e:  # the previous sequence (if any) stays as it was
         _err(e)
 
 

@@ -43,8 +43,7 @@ def _generate():
                                  progress=lambda n, total: bar.progress(min(1.0, n / total), text=tr("home.running_vanilla")))
         bar.empty()
     except SpecVizError as e:
-        st.session_state["home_error"] = str(e)
-        st.session_state.pop("home_result", None)
+        st.session_state["home_error"] = str(e)  # the previous result stays on screen
         return
     st.session_state.pop("home_error", None)
     st.session_state["home_result"] = {
