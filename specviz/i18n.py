@@ -267,6 +267,10 @@ S: dict[str, tuple[str, str]] = {
         "预测加速比 = tau × t(B, 1) / (t(B, N) + 起草时间)，使用上面测得的延迟；EAGLE-3 论文在 GPU 上报告批大小 2 时为 1.81 倍，64 时为 1.38 倍。",
     ),
     "free.tau_from": ("tau measured from the last Home/Compare run: {tau:.2f} ({method})", "来自最近一次首页/比较运行的 tau：{tau:.2f}（{method}）"),
+    "free.noisy": (
+        "These timings swing widely between repeats (whiskers: min to max): something else is using the CPU. The curve's shape is only trustworthy on an otherwise idle machine; measure again when it is.",
+        "各次重复之间的计时波动很大（误差线：最小值到最大值）：有其他程序正在占用 CPU。只有在机器空闲时，曲线的形状才可信；请在空闲时重新测量。",
+    ),
     "free.ratio": ("A pass of {n} tokens costs {r:.2f}x one token.", "一次处理 {n} 个 token 的代价是单个 token 的 {r:.2f} 倍。"),
     "free.draft_measured": ("Draft time per round measured in the last run: {ms:.1f} ms ({method}).", "最近一次运行测得的每轮起草时间：{ms:.1f} 毫秒（{method}）。"),
     "free.no_run": ("Run a generation on Home first to measure tau and the draft cost for your method.", "请先在首页运行一次生成，以测量所选方法的 tau 和起草成本。"),

@@ -40,7 +40,9 @@ cur = st.session_state.get("free_curve")
 if cur:
     rows = cur["rows"]
     ns, ms = [r["n"] for r in rows], [r["ms"] for r in rows]
-    fig = latency_curve_figure(ns, ms, L)
+    fig = latency_curve_figure(ns, ms, L, ms_min=[r["min"] for r in rows], ms_max=[r["max"] for r in rows])
+    if any(r["max"] > 1.5 * r["min"] for r in rows):
+        st.warning(tr("free.noisy"))
     st.plotly_chart(fig, key="free_curve_fig", config={"displaylogo": False})
     st.caption(" · ".join(tr("free.ratio", n=r["n"], r=r["ms"] / ms[0]) for r in rows if r["n"] in (4, 16, 64)))
     st.caption(tr("c.measured_note", device=cur["device"]) + f" · {cur['dtype']} · context {cur['ctx']}")

@@ -475,10 +475,15 @@ def samples_hist_figure(labels: list[str], counts: dict[str, list[float]], lang:
 
 
 # ---------------------------------------------------------------------- latency
-def latency_curve_figure(n_tokens: list[int], ms: list[float], lang: str = "en", ms_spread=None, label: str | None = None) -> go.Figure:
-    """Target forward latency vs tokens in one pass, with the 'N separate passes' line."""
+def latency_curve_figure(n_tokens: list[int], ms: list[float], lang: str = "en", ms_spread=None, label: str | None = None,
+                         ms_min=None, ms_max=None) -> go.Figure:
+    """Target forward latency vs tokens in one pass (median; whiskers from min to max when
+    given), with the 'N separate passes' line."""
     fig = go.Figure()
     err = None if ms_spread is None else dict(type="data", array=ms_spread, visible=True)
+    if ms_min is not None and ms_max is not None:
+        err = dict(type="data", symmetric=False, array=[hi - m for hi, m in zip(ms_max, ms)],
+                   arrayminus=[m - lo for lo, m in zip(ms_min, ms)], visible=True, thickness=1)
     fig.add_trace(go.Scatter(x=n_tokens, y=ms, mode="lines+markers", name=label or t("free.one_pass", lang), error_y=err))
     if n_tokens and n_tokens[0] == 1:
         fig.add_trace(go.Scatter(x=n_tokens, y=[ms[0] * n for n in n_tokens], mode="lines", line=dict(dash="dot", color="#999"),
