@@ -29,6 +29,12 @@ EXAMPLES = [
     "List the planets of the solar system in order from the Sun.",
     "用一句话解释什么是机器学习。",
 ]
+try:  # the project's shared example prompts, after ours
+    from .examples import EXAMPLE_PROMPTS as _SHARED
+
+    EXAMPLES += [p for p in _SHARED if p not in EXAMPLES][:20]
+except (ImportError, OSError, ValueError):
+    pass
 
 DEFAULTS = {
     "lang": "en",
@@ -96,6 +102,18 @@ def _verify_available() -> bool:
 
 
 def _factory(method: str):
+    """`(method, target, **settings) -> Drafter`: the shared registry `specviz.methods` when this
+    build has it, else the drafter modules' own constructors."""
+    try:
+        reg = importlib.import_module("specviz.methods")
+        if callable(getattr(reg, "make_drafter", None)) and method in getattr(reg, "METHODS", {}):
+            return lambda m, target, **kw: reg.make_drafter(m, target, **kw)
+    except ImportError:
+        pass
+    return _module_factory(method)
+
+
+def _module_factory(method: str):
     """The function `(method, target, **settings) -> Drafter` for a trained method, if this build
     has its drafter module. Uses the drafters' own constructors (`specviz.drafters.sps.make_drafter`,
     `medusa.make_drafter`, `eagle.make_eagle1/2/3`), which raise SpecVizError when the head is
@@ -115,7 +133,7 @@ def _factory(method: str):
         if callable(fn):
             return lambda m, target, **kw: fn(target, **kw)
     elif method == "sps" and callable(getattr(mod, "make_drafter", None)):
-        return lambda m, target, depth=4, **kw: mod.make_drafter(target, gamma=depth)
+        return lambda m, target, gamma=4, **kw: mod.make_drafter(target, gamma=gamma)
     elif callable(getattr(mod, "make_drafter", None)):
         return lambda m, target, **kw: mod.make_drafter(target)
     for name in ("build_drafter", "build"):
@@ -141,7 +159,10 @@ def method_status(method: str, dtype_name: str = "fp32") -> tuple[bool, str]:
         fac(method, _load_target(dtype_name), **tree_settings_for(method, DEFAULTS))
         return True, ""
     except (SpecVizError, FileNotFoundError, OSError) as e:
-        return False, "note.head_missing" if "train" in str(e).lower() or isinstance(e, (FileNotFoundError, OSError)) else str(e)
+        msg = str(e).lower()
+        if "not available yet" in msg:
+            return False, "note.drafter_missing"
+        return False, "note.head_missing" if "train" in msg or isinstance(e, (FileNotFoundError, OSError)) else str(e)
     except Exception as e:  # noqa: BLE001 - a half-written drafter is reported, not raised
         return False, f"{type(e).__name__}: {e}"
 
@@ -160,7 +181,7 @@ def tree_settings_for(method: str, s: dict) -> dict:
     if method in ("eagle2", "eagle3"):
         return {"depth": int(s["depth"]), "top_k": int(s["tree_topk"]), "total_tokens": int(s["total_tokens"])}
     if method == "sps":
-        return {"depth": int(s["depth"])}
+        return {"gamma": int(s["depth"])}
     return {}
 
 
