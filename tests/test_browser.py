@@ -122,10 +122,16 @@ def click_button(drv, label: str):
 
 
 def shot(drv, name: str):
+    """Screenshot of the whole page: the window grows to the content's height (Streamlit scrolls
+    inside its main section, so a plain screenshot would stop at the fold), then shrinks back."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    drv.execute_script("window.scrollTo(0,0)")
-    time.sleep(0.3)
+    h = drv.execute_script(
+        "const m=document.querySelector('[data-testid=\"stMain\"]'); return m ? m.scrollHeight : 1900;") or 1900
+    drv.set_window_size(1500, int(min(max(h + 80, 1000), 5000)))
+    time.sleep(1.5)  # let Plotly re-layout at the new size
     drv.save_screenshot(str(SHOTS / f"{name}.png"))
+    drv.set_window_size(1500, 1900)
+    time.sleep(0.5)
 
 
 def open_page(drv, url):
