@@ -148,7 +148,7 @@ class SpeculativeDecoder:
         )
         logits = out.logits[0]
         p = probs(logits, self.params)
-        p_raw = logits.softmax(-1) if self.variant != "correct" else None
+        p_raw = logits.softmax(-1) if self.variant != "correct" or (self.detail and self.params.greedy) else None
         if n == 1:  # vanilla: nothing to verify, just draw the next token
             res = _VanillaResult(p[0], self.params, self.generator)
         else:
@@ -172,7 +172,7 @@ class SpeculativeDecoder:
         self.generated.extend(committed)
         if len(self.generated) >= self.max_new_tokens:
             self.done = True
-        trace = self._trace(tree, L, p, res, committed, t_start, t_draft, t_verify, rng_state)
+        trace = self._trace(tree, L, p, p_raw, res, committed, t_start, t_draft, t_verify, rng_state)
         self.traces.append(trace)
         return trace
 
@@ -201,7 +201,7 @@ class SpeculativeDecoder:
         v, i = torch.topk(dist.float(), min(TOP_N, dist.numel()))
         return [[int(t), self.tok.token_text(t), float(x)] for t, x in zip(i.tolist(), v.tolist()) if x > 0]
 
-    def _trace(self, tree: DraftTree, L, p, res, committed, t_start, t_draft, t_verify, rng_state) -> RoundTrace:
+    def _trace(self, tree: DraftTree, L, p, p_raw, res, committed, t_start, t_draft, t_verify, rng_state) -> RoundTrace:
         text = self.tok.token_text if self.detail else (lambda t: "")
         accepted = set(res.accepted)
         tried = {s["node"]: s for s in res.steps}
@@ -225,6 +225,7 @@ class SpeculativeDecoder:
                     status=status,
                     next_q_top=self._top(tree.dists.get(i)),
                     next_p_top=self._top(p[i]) if self.detail else [],
+                    next_p_raw_top=self._top(p_raw[i]) if self.params.greedy and p_raw is not None else [],
                 )
             )
         steps = [

@@ -16,13 +16,17 @@ from .drafters.pld import PromptLookupDrafter
 # name -> (label, "module:factory" or a callable); factories take (target, **options)
 METHODS: dict[str, tuple[str, object]] = {
     "vanilla": ("Vanilla (no drafting)", lambda target, **kw: NoDraft()),
-    "pld": ("Prompt lookup (PLD)", lambda target, **kw: PromptLookupDrafter(**kw)),
+    "pld": ("Prompt lookup (PLD)", lambda target, **kw: PromptLookupDrafter(stop_ids=_special_ids(target), **kw)),
     "sps": ("Small draft model (SpS)", "specviz.drafters.sps:make_drafter"),
     "medusa": ("Medusa heads", "specviz.drafters.medusa:make_drafter"),
     "eagle1": ("EAGLE-1 (static tree)", "specviz.drafters.eagle:make_eagle1"),
     "eagle2": ("EAGLE-2 (dynamic tree)", "specviz.drafters.eagle:make_eagle2"),
     "eagle3": ("EAGLE-3 (fused features)", "specviz.drafters.eagle:make_eagle3"),
 }
+
+
+def _special_ids(target) -> set[int]:
+    return set(getattr(getattr(target, "tokenizer", None), "special_ids", ()) or ())
 
 
 def make_drafter(name: str, target, **options) -> Drafter:

@@ -27,6 +27,7 @@ class NodeTrace:
     status: str = "untried"  # root | accepted | rejected | untried
     next_q_top: TopList = field(default_factory=list)  # draft's top next tokens after this node
     next_p_top: TopList = field(default_factory=list)  # target's top next tokens after this node
+    next_p_raw_top: TopList = field(default_factory=list)  # same, unwarped softmax (greedy rounds)
 
 
 @dataclass

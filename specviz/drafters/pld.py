@@ -13,10 +13,12 @@ from .base import Drafter
 class PromptLookupDrafter(Drafter):
     name = "pld"
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_tokens: int = 10):
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_tokens: int = 10, stop_ids=()):
         if not 1 <= min_ngram <= max_ngram or num_tokens < 1:
             raise ValueError("PLD needs 1 <= min_ngram <= max_ngram and num_tokens >= 1")
         self.max_ngram, self.min_ngram, self.num_tokens = max_ngram, min_ngram, num_tokens
+        # special tokens (chat-template markers): copying them would only draft the template
+        self.stop_ids = frozenset(int(t) for t in stop_ids if t is not None)
 
     def lookup(self, seq: list[int]) -> list[int]:
         """Tokens that followed the most recent earlier occurrence of the longest matching tail."""
@@ -26,6 +28,10 @@ class PromptLookupDrafter(Drafter):
             for start in range(n_seq - n - 1, -1, -1):  # most recent match first
                 if seq[start : start + n] == tail:
                     follow = seq[start + n : start + n + self.num_tokens]
+                    for j, t in enumerate(follow):
+                        if t in self.stop_ids:
+                            follow = follow[:j]
+                            break
                     if follow:
                         return follow
         return []
