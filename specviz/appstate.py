@@ -8,7 +8,10 @@ and drafter heads are loaded once by `st.cache_resource` and only read afterward
 from __future__ import annotations
 
 import importlib
+import threading
 import time
+import unicodedata
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import streamlit as st
@@ -63,24 +66,48 @@ def tr(key: str, **fmt) -> str:
 
 
 # ---------------------------------------------------------------------- model
-@st.cache_resource(show_spinner=False, max_entries=2)
-def _load_target(dtype_name: str):
+@st.cache_resource(show_spinner=False, max_entries=3)
+def _load_target(dtype_name: str, spec: str | None = None):
     from .target import load_target
 
     dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
-    return load_target(None, dtype=dtype)
+    return load_target(spec, dtype=dtype)
 
 
 def get_target():
     """The shared target model, or None after showing an inline error."""
     try:
         with st.spinner("Loading the model…" if lang() == "en" else "正在加载模型……"):
-            return _load_target(st.session_state.get("dtype", "fp32"))
+            return _load_target(st.session_state.get("dtype", "fp32"), st.session_state.get("model_spec"))
     except SpecVizError as e:
         st.error(tr("sb.model_error", err=e))
     except Exception as e:  # noqa: BLE001 - a broken install must not show a traceback
         st.error(tr("sb.model_error", err=f"{type(e).__name__}: {e}"))
     return None
+
+
+def load_model_from_ui() -> None:
+    """Sidebar callback: load the model typed in `w_model_path`. Only folders inside the cache
+    or the configured directories (specviz.settings) are accepted; a damaged, tampered or
+    unsupported checkpoint is refused with a message and the session keeps its previous model."""
+    from .settings import check_ui_model_spec
+
+    ss = st.session_state
+    text = str(ss.get("w_model_path") or "")
+    try:
+        spec = check_ui_model_spec(text)
+        with heavy_work():
+            _load_target(ss.get("dtype", "fp32"), spec)
+    except SpecVizError as e:
+        ss["model_msg"] = ("error", tr("sb.model_error", err=e))
+        return
+    except Exception as e:  # noqa: BLE001 - never a traceback for a bad file
+        ss["model_msg"] = ("error", tr("sb.model_error", err=f"{type(e).__name__}: {e}"))
+        return
+    if spec != ss.get("model_spec"):
+        ss.pop("dec", None)  # a decoder belongs to the model it was started with
+    ss["model_spec"] = spec
+    ss["model_msg"] = ("success", ("Loaded: " if lang() != "zh" else "已加载：") + (spec or "SmolLM2-135M-Instruct"))
 
 
 def device_name() -> str:
@@ -217,10 +244,117 @@ def sampling_params(s: dict):
     return SamplingParams(temperature=float(s["temperature"]), top_k=int(s["top_k"]), top_p=float(s["top_p"]))
 
 
+MAX_PROMPT_CHARS = 4000  # the text area's limit; a deep link (?prompt=) must not bypass it
+
+
+def clean_prompt(prompt) -> str:
+    """What the user typed, made safe to tokenise: line ends normalised, control characters
+    other than tab and newline dropped (RTL text, emoji and every other character are kept)."""
+    text = str(prompt).replace("\r\n", "\n").replace("\r", "\n")
+    return "".join(c for c in text if c in "\t\n" or unicodedata.category(c) != "Cc")
+
+
 def check_prompt(prompt: str | None) -> str:
-    if prompt is None or not str(prompt).strip():
+    if prompt is None or not clean_prompt(prompt).strip():
         raise SpecVizError(tr("c.empty_prompt"))
-    return str(prompt)
+    text = clean_prompt(prompt)
+    if len(text) > MAX_PROMPT_CHARS:
+        raise SpecVizError(
+            f"The prompt has {len(text):,} characters; SpecViz takes at most {MAX_PROMPT_CHARS:,}. Shorten it."
+            if lang() != "zh" else f"提示词有 {len(text):,} 个字符，最多 {MAX_PROMPT_CHARS:,} 个，请缩短。")
+    return text
+
+
+# ---------------------------------------------------------------------- safe chat encoding
+_USER_SLOT = "\ue000specviz-user\ue000"  # private-use sentinel, never typed by a user
+_PLAIN_TOK: dict = {}
+_PLAIN_LOCK = threading.Lock()
+
+
+def _plain_encoder(tok):
+    """A private copy of the tokenizer that reads special-token text (`<|im_start|>`) as
+    ordinary characters. A copy, because the shared tokenizer must stay read-only."""
+    key = id(tok)
+    with _PLAIN_LOCK:
+        enc = _PLAIN_TOK.get(key)
+        if enc is None or enc[0] is not tok:
+            from tokenizers import Tokenizer
+
+            plain = Tokenizer.from_str(tok._tok.to_str())
+            plain.encode_special_tokens = True
+            enc = _PLAIN_TOK[key] = (tok, plain)
+        return enc[1]
+
+
+def _has_marker(tok, text: str) -> bool:
+    added = getattr(tok, "_added_texts", None)
+    if added is None:
+        added = [t.content for t in tok._tok.get_added_tokens_decoder().values() if t.content]
+    return any(a in text for a in added)
+
+
+def prompt_ids(target, prompt: str) -> list[int]:
+    """Token ids of the one-turn chat for `prompt`, where the user's text is always ordinary
+    text: chat-template markers such as `<|im_start|>` typed by a user are encoded character by
+    character, never as the special tokens that delimit turns. Prompts without such markers get
+    exactly `tokenizer.chat_ids(prompt)`."""
+    tok = target.tokenizer
+    prompt = check_prompt(prompt)
+    if not hasattr(tok, "_tok") or not _has_marker(tok, prompt):
+        return tok.chat_ids(prompt)
+    rendered = tok.render_chat([{"role": "user", "content": _USER_SLOT}])
+    if rendered.count(_USER_SLOT) != 1:
+        raise SpecVizError("This model's chat template cannot take text that contains its own markers (such as <|im_start|>): remove them from the prompt.")
+    pre, post = rendered.split(_USER_SLOT)
+    plain = _plain_encoder(tok)
+    return tok.encode(pre) + plain.encode(prompt, add_special_tokens=False).ids + tok.encode(post)
+
+
+# ---------------------------------------------------------------------- the worker gate
+def _show_wait(slot):
+    def show(ahead: int):
+        msg = (f"Waiting for {ahead} request{'s' if ahead != 1 else ''} ahead (the server runs one computation at a time)…"
+               if lang() != "zh" else f"排队中：前面还有 {ahead} 个请求……")
+        try:
+            slot.info(msg, icon=":material/hourglass_top:")
+        except Exception:  # noqa: BLE001 - no page to draw on (tests, callbacks after a rerun)
+            pass
+    return show
+
+
+_HELD = threading.local()
+
+
+@contextmanager
+def heavy_work():
+    """Hold a slot of the process-wide worker gate (FIFO) for engine work; while queued the page
+    says how many requests are ahead."""
+    from .concurrency import gate
+
+    if getattr(_HELD, "depth", 0):  # already inside the gate on this thread: no second ticket
+        yield
+        return
+    g = gate()
+    slot = None
+    try:
+        slot = st.empty()
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        with g.slot(on_wait=_show_wait(slot) if slot is not None else None, timeout=600):
+            if slot is not None:
+                slot.empty()
+            _HELD.depth = 1
+            try:
+                yield
+            finally:
+                _HELD.depth = 0
+    finally:
+        if slot is not None:
+            try:
+                slot.empty()
+            except Exception:  # noqa: BLE001
+                pass
 
 
 # ---------------------------------------------------------------------- per-session decoder
@@ -246,9 +380,11 @@ def start_session(target, s: dict, prompt: str) -> Session:
 
     prompt = check_prompt(prompt)
     params = sampling_params(s)
-    drafter = make_drafter(s["method"], target, s)
-    dec = SpeculativeDecoder(target, drafter, params, seed=int(s["seed"]))
-    dec.start(prompt, int(s["max_new"]))
+    ids = prompt_ids(target, prompt)
+    with heavy_work():
+        drafter = make_drafter(s["method"], target, s)
+        dec = SpeculativeDecoder(target, drafter, params, seed=int(s["seed"]))
+        dec.start(ids, int(s["max_new"]))
     sess = Session(config_key(s, prompt), dec, [], prompt, s["method"], int(s["seed"]))
     st.session_state["dec"] = sess
     return sess
@@ -256,17 +392,19 @@ def start_session(target, s: dict, prompt: str) -> Session:
 
 def step_session(sess: Session):
     dec = sess.decoder
-    sess.snaps = sess.snaps[: len(dec.traces)]
-    sess.snaps.append(dec.snapshot())
-    return dec.step()
+    with heavy_work():
+        sess.snaps = sess.snaps[: len(dec.traces)]
+        sess.snaps.append(dec.snapshot())
+        return dec.step()
 
 
 def replay_round(sess: Session, i: int):
     """Rewind to just before round i and run it again; later rounds are dropped."""
     dec = sess.decoder
-    dec.restore(sess.snaps[i])
-    sess.snaps = sess.snaps[: i + 1]
-    return dec.step()
+    with heavy_work():
+        dec.restore(sess.snaps[i])
+        sess.snaps = sess.snaps[: i + 1]
+        return dec.step()
 
 
 def same_trace(a, b) -> bool:
@@ -285,9 +423,10 @@ def run_generation(target, s: dict, prompt: str, method: str, progress=None):
     """Generate with `method` (detail off for fair timing); token texts filled afterwards."""
     from .engine import SpeculativeDecoder
 
-    prompt = check_prompt(prompt)
-    dec = SpeculativeDecoder(target, make_drafter(method, target, s), sampling_params(s), seed=int(s["seed"]), detail=False)
-    res = dec.generate(prompt, int(s["max_new"]), progress=progress)
+    ids = prompt_ids(target, prompt)
+    with heavy_work():
+        dec = SpeculativeDecoder(target, make_drafter(method, target, s), sampling_params(s), seed=int(s["seed"]), detail=False)
+        res = dec.generate(ids, int(s["max_new"]), progress=progress)
     tok = target.tokenizer
     for trc in res.traces:
         trc.committed_text = [tok.token_text(x) for x in trc.committed]
@@ -309,7 +448,8 @@ def _prompt_key(page: str) -> str:
 def _init_prompt() -> None:
     if "prompt_text" not in st.session_state:
         qp = st.query_params.get("prompt")
-        st.session_state["prompt_text"] = qp if qp else EXAMPLES[0]
+        qp = clean_prompt(qp)[:MAX_PROMPT_CHARS] if qp else ""
+        st.session_state["prompt_text"] = qp if qp.strip() else EXAMPLES[0]
 
 
 def current_prompt(page: str | None = None) -> str:
@@ -373,6 +513,29 @@ _PARSERS = {
 }
 
 
+def parse_param(key: str, raw) -> object | None:
+    """A sidebar query parameter's value, validated and clamped to the widget's range; None
+    when it is unknown, malformed (`abc`, `nan`, `inf`, `1e999`, a list) or absurdly long."""
+    parse = _PARSERS.get(key)
+    if parse is None or not isinstance(raw, str) or len(raw) > 64:
+        return None
+    try:
+        val = parse(raw.strip())
+        if val is None:
+            return None
+        return type(DEFAULTS[key])(val)
+    except (TypeError, ValueError, OverflowError, ArithmeticError):
+        return None
+
+
+def round_param(raw, limit: int = 256) -> int | None:
+    """?round=N for the Decode page: a whole number 1..limit (clamped), else None."""
+    if not isinstance(raw, str) or not raw.strip().isascii() or not raw.strip().isdigit() or len(raw.strip()) > 9:
+        return None
+    n = int(raw.strip())
+    return min(n, limit) if n > 0 else None
+
+
 def _init_state_from_url() -> None:
     """Once per session: every sidebar key gets its value from the URL (validated) or its
     default, so widgets are created from session state alone (no value= clash)."""
@@ -383,12 +546,9 @@ def _init_state_from_url() -> None:
         val = DEFAULTS[key]
         raw = st.query_params.get(key)
         if raw is not None:
-            try:
-                parsed = parse(raw)
-                if parsed is not None:
-                    val = type(DEFAULTS[key])(parsed)
-            except (TypeError, ValueError):
-                pass
+            parsed = parse_param(key, raw)
+            if parsed is not None:
+                val = parsed
         if key == "method" and not method_status(val, st.session_state.get("dtype", "fp32"))[0] and raw is None:
             val = "vanilla"
         st.session_state.setdefault(key, val)
@@ -425,7 +585,14 @@ def render_sidebar() -> None:
     with st.sidebar:
         st.selectbox(tr("sb.language"), list(LANGS), format_func=LANGS.get, key="w_lang", on_change=_copy, args=("lang",))
         st.markdown(f"### {tr('sb.model')}")
-        st.caption(tr("sb.model_default"))
+        st.caption(ss.get("model_spec") or tr("sb.model_default"))
+        with st.expander("Other model" if lang() != "zh" else "其他模型", expanded=False):
+            st.text_input("Folder in the cache or an allowed directory, or a cached Hub id" if lang() != "zh"
+                          else "缓存或允许目录中的文件夹，或已缓存的 Hub 模型名", key="w_model_path", max_chars=1024)
+            st.button("Load" if lang() != "zh" else "加载", key="model_load", on_click=load_model_from_ui)
+            msg = ss.get("model_msg")
+            if msg:
+                (st.error if msg[0] == "error" else st.success)(msg[1])
         st.radio(tr("sb.dtype"), ["fp32", "bf16"], key="w_dtype", on_change=_copy, args=("dtype",), horizontal=True, help=tr("sb.dtype_help"))
         status = {m: method_status(m, ss["dtype"]) for m in METHODS}
         captions = ["" if ok else tr("sb.unavailable", note=status_note(note)) for ok, note in (status[m] for m in METHODS)]
@@ -461,6 +628,11 @@ def measure_forward(target, n_tokens: list[int], context: int = 128, batch: int 
     """Median wall time of one target forward of `batch` x N new tokens after a context of
     `context` tokens, for each N (the cache is rewound between repeats). Tokens are fixed
     pseudo-random ids: latency does not depend on which tokens they are."""
+    with heavy_work():
+        return _measure_forward(target, n_tokens, context, batch, repeats, progress)
+
+
+def _measure_forward(target, n_tokens, context, batch, repeats, progress):
     import statistics
 
     model = target.model

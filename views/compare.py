@@ -10,6 +10,8 @@ import streamlit as st
 
 from specviz import SpecVizError
 from specviz.appstate import (
+    heavy_work,
+    prompt_ids,
     page_setup,
     EAGLE,
     METHODS,
@@ -65,9 +67,10 @@ with live:
                 if m == "vanilla":
                     base = res
                 # one detailed round for the picture (the timed run above keeps detail off)
-                dec = SpeculativeDecoder(target, make_drafter(m, target, s), sampling_params(s), seed=int(s["seed"]))
-                dec.start(text, int(s["max_new"]))
-                first[m] = dec.step()
+                with heavy_work():
+                    dec = SpeculativeDecoder(target, make_drafter(m, target, s), sampling_params(s), seed=int(s["seed"]))
+                    dec.start(prompt_ids(target, text), int(s["max_new"]))
+                    first[m] = dec.step()
                 lengths[m] = [tc.accept_length for tc in res.traces]
                 draft_ms[m] = 1000 * sum(tc.draft_time_s for tc in res.traces) / max(1, res.rounds)
                 depth[m] = acceptance_by_depth(res.traces)

@@ -14,6 +14,7 @@ from specviz.appstate import (
     lang,
     prompt_box,
     replay_round,
+    round_param,
     same_trace,
     settings,
     start_session,
@@ -106,10 +107,10 @@ def do_replay():
 # ---------------------------------------------------------------- deep link: ?round=N reopens a round
 if target is not None and ok and not st.session_state.get("_deep_link_done"):
     st.session_state["_deep_link_done"] = True
-    want = st.query_params.get("round")
-    if want and want.isdigit() and int(want) > 0 and "dec" not in st.session_state:
+    want = round_param(st.query_params.get("round"))
+    if want and "dec" not in st.session_state:
         with st.spinner("…"):
-            do_start(min(int(want), 256))
+            do_start(want)
 
 sess = st.session_state.get("dec")
 stale = sess is not None and sess.key != config_key(s, current_prompt("decode"))

@@ -8,6 +8,8 @@ import streamlit as st
 
 from specviz import SpecVizError
 from specviz.appstate import (
+    heavy_work,
+    prompt_ids,
     page_setup,
     get_target,
     lang,
@@ -104,17 +106,18 @@ def run():
             b = run_generation(target, s2, text, "vanilla")
             st.session_state["loss_result"] = {"greedy": True, "same": a.tokens == b.tokens, "n": len(a.tokens), "method": method}
             return
-        ids = target.tokenizer.chat_ids(text)
-        oracle = lossless.TargetOracle(target, ids, params)
+        ids = prompt_ids(target, text)
         runs = {}
         todo = ["correct"] if variant == "correct" else ["correct", variant]
         bar = st.progress(0.0)
-        for k, v in enumerate(todo):
-            def prog(done, total, k=k):
-                bar.progress(min(1.0, (k + done / max(1, total)) / len(todo)), text=f"{v}: {done}/{total}")
+        with heavy_work():
+            oracle = lossless.TargetOracle(target, ids, params)
+            for k, v in enumerate(todo):
+                def prog(done, total, k=k):
+                    bar.progress(min(1.0, (k + done / max(1, total)) / len(todo)), text=f"{v}: {done}/{total}")
 
-            runs[v] = lossless.run_check(target, _drafter_for(method), ids, params, samples=int(samples), horizon=int(horizon),
-                                         seed=int(seed), variant=v, progress=prog, oracle=oracle)
+                runs[v] = lossless.run_check(target, _drafter_for(method), ids, params, samples=int(samples), horizon=int(horizon),
+                                             seed=int(seed), variant=v, progress=prog, oracle=oracle)
         bar.empty()
         st.session_state["loss_result"] = {"greedy": False, "runs": runs, "method": method, "variant": variant}
     except SpecVizError as e:

@@ -1,0 +1,137 @@
+"""A fair, bounded gate around heavy engine work, shared by every session of one server.
+
+Many students on one machine: each session's decoder (KV cache, RNG, traces) is its own, but
+the CPU/GPU is shared. Without a gate, ten sessions pressing "Next round" at once run ten
+forwards in parallel, each with torch's full thread pool, and the cores thrash. The gate lets
+`workers` computations run at a time and queues the rest in arrival order (FIFO tickets), so
+every request is served and none starves; a waiting request can report how many are ahead.
+
+Sizes: `$SPECVIZ_WORKERS` when set; otherwise 1 on CPU (one forward already uses every core)
+and max(1, cores // 2) on a GPU. Torch's intra-op threads are set so that the running workers
+together use the cores once: max(1, cores // workers) on CPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from contextlib import contextmanager
+
+from . import SpecVizError
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def default_workers(cuda: bool | None = None) -> int:
+    env = os.environ.get("SPECVIZ_WORKERS", "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise SpecVizError(f"SPECVIZ_WORKERS must be a whole number >= 1, got {env!r}.") from None
+        if n < 1:
+            raise SpecVizError(f"SPECVIZ_WORKERS must be a whole number >= 1, got {env!r}.")
+        return n
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    return max(1, _cores() // 2) if cuda else 1
+
+
+class WorkGate:
+    """At most `workers` holders at a time; waiters are admitted strictly in arrival order."""
+
+    def __init__(self, workers: int = 1):
+        if int(workers) < 1:
+            raise SpecVizError(f"The worker gate needs at least 1 worker, got {workers!r}.")
+        self.workers = int(workers)
+        self._cond = threading.Condition()
+        self._tickets = itertools.count()
+        self._queue: list[int] = []  # tickets waiting, in order
+        self._running = 0
+        self.served = 0
+        self.max_waiting = 0
+
+    def waiting(self) -> int:
+        with self._cond:
+            return len(self._queue)
+
+    def running(self) -> int:
+        with self._cond:
+            return self._running
+
+    @contextmanager
+    def slot(self, on_wait=None, timeout: float | None = None, poll: float = 0.25):
+        """Hold one slot for the `with` body. While queued, `on_wait(n_ahead)` is called when the
+        number of requests ahead changes (n_ahead counts running ones too); after `timeout` s
+        of waiting a SpecVizError is raised and the request leaves the queue."""
+        with self._cond:
+            me = next(self._tickets)
+            self._queue.append(me)
+            self.max_waiting = max(self.max_waiting, len(self._queue))
+            t0 = time.monotonic()
+            last = None
+            try:
+                while not (self._running < self.workers and self._queue[0] == me):
+                    ahead = self._queue.index(me) + self._running
+                    if on_wait is not None and ahead != last:
+                        last = ahead
+                        self._cond.release()  # never call UI code while holding the lock
+                        try:
+                            on_wait(ahead)
+                        finally:
+                            self._cond.acquire()
+                        continue
+                    if timeout is not None and time.monotonic() - t0 > timeout:
+                        raise SpecVizError(f"The server is busy: still {ahead} requests ahead after {timeout:.0f} s. Try again.")
+                    self._cond.wait(poll)
+            except BaseException:
+                self._queue.remove(me)
+                self._cond.notify_all()
+                raise
+            self._queue.pop(0)
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._running -= 1
+                self.served += 1
+                self._cond.notify_all()
+
+
+_GATE: WorkGate | None = None
+_LOCK = threading.Lock()
+
+
+def configure_threads(workers: int, cuda: bool | None = None) -> int:
+    """Give torch max(1, cores // workers) intra-op threads on CPU (process-wide); returns it.
+    `$SPECVIZ_TORCH_THREADS` overrides."""
+    import torch
+
+    if cuda is None:
+        cuda = torch.cuda.is_available()
+    env = os.environ.get("SPECVIZ_TORCH_THREADS", "").strip()
+    n = int(env) if env.isdigit() and int(env) > 0 else max(1, _cores() // max(1, workers))
+    if not cuda and torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n
+
+
+def gate() -> WorkGate:
+    """The process-wide gate (created on first use, with the thread count set to match)."""
+    global _GATE
+    with _LOCK:
+        if _GATE is None:
+            workers = default_workers()
+            configure_threads(workers)
+            _GATE = WorkGate(workers)
+        return _GATE
