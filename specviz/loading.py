@@ -202,8 +202,30 @@ class LoadedCheckpoint:
     state_dict: dict
 
 
+def verify_manifest(folder: Path) -> None:
+    """A folder that carries a SpecViz `manifest.json` must match it byte for byte: a tampered or
+    truncated file is refused (SpecVizError) before any weight is read."""
+    folder = Path(folder)
+    mf = folder / "manifest.json"
+    if not mf.is_file():
+        return
+    try:
+        digests = json.loads(mf.read_text())["sha256"]
+        bad = [n for n, d in digests.items()
+               if not (folder / n).resolve().is_relative_to(folder.resolve()) or not (folder / n).is_file() or _sha256(folder / n) != d]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise SpecVizError(f"The manifest of {folder} is unreadable ({type(e).__name__}); the checkpoint is not trusted.") from e
+    if bad:
+        raise SpecVizError(
+            f"{', '.join(bad)} in {folder} do not match the checksums in its manifest (the files were changed "
+            "or cut short): refusing to load them. Restore or re-download the checkpoint."
+        )
+
+
 def load_checkpoint(spec=None, progress=None) -> LoadedCheckpoint:
     folder = resolve_model_dir(spec, progress)
+    if folder != cache_root() / "models" / DEFAULT_MODEL:  # the default's manifest is checked above
+        verify_manifest(folder)
     cfg = read_config(folder)
     state = read_state_dict(folder)
     name = DEFAULT_MODEL if folder == cache_root() / "models" / DEFAULT_MODEL else folder.name
