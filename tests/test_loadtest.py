@@ -1,0 +1,133 @@
+"""Many students at once: the worker gate (fast unit tests) and the load test (10 real sessions on a
+loopback server, each checked byte for byte against a solo run; marked slow, still run in CI)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from specviz import SpecVizError
+from specviz.concurrency import WorkGate, configure_threads, default_workers
+
+
+def test_gate_bounds_and_fifo_order():
+    gate = WorkGate(2)
+    order, running, peak = [], [0], [0]
+    lock = threading.Lock()
+    first_in = threading.Event()
+
+    def job(i):
+        with gate.slot():
+            with lock:
+                order.append(i)
+                running[0] += 1
+                peak[0] = max(peak[0], running[0])
+            first_in.set()
+            time.sleep(0.03)
+            with lock:
+                running[0] -= 1
+
+    threads = []
+    for i in range(8):
+        th = threading.Thread(target=job, args=(i,))
+        th.start()
+        threads.append(th)
+        deadline = time.time() + 5  # arrival order 0, 1, 2, ...: wait until i has its ticket
+        while gate.waiting() + gate.running() + gate.served < i + 1 and time.time() < deadline:
+            time.sleep(0.001)
+    for th in threads:
+        th.join(10)
+    assert peak[0] == 2
+    assert order == sorted(order), order  # admitted in arrival order
+    assert gate.served == 8 and gate.waiting() == 0 and gate.running() == 0
+
+
+def test_gate_reports_requests_ahead_and_times_out():
+    gate = WorkGate(1)
+    release = threading.Event()
+    held = threading.Event()
+
+    def holder():
+        with gate.slot():
+            held.set()
+            release.wait(5)
+
+    th = threading.Thread(target=holder)
+    th.start()
+    held.wait(5)
+    seen = []
+    with pytest.raises(SpecVizError, match="busy"):
+        with gate.slot(on_wait=seen.append, timeout=0.3, poll=0.05):
+            pass
+    assert seen == [1]  # one request (the running one) ahead
+    assert gate.waiting() == 0  # the timed-out request left the queue
+    release.set()
+    th.join(5)
+    with gate.slot(timeout=1):  # and the gate still works
+        pass
+
+
+def test_gate_exception_in_body_frees_the_slot():
+    gate = WorkGate(1)
+    with pytest.raises(ValueError):
+        with gate.slot():
+            raise ValueError("boom")
+    with gate.slot(timeout=1):
+        assert gate.running() == 1
+
+
+def test_worker_and_thread_settings(monkeypatch):
+    import torch
+
+    monkeypatch.setenv("SPECVIZ_WORKERS", "3")
+    assert default_workers() == 3
+    monkeypatch.setenv("SPECVIZ_WORKERS", "zero")
+    with pytest.raises(SpecVizError):
+        default_workers()
+    monkeypatch.delenv("SPECVIZ_WORKERS")
+    assert default_workers(cuda=False) == 1
+    old = torch.get_num_threads()
+    try:
+        n = configure_threads(1, cuda=False)
+        assert n >= 1 and torch.get_num_threads() == n
+    finally:
+        torch.set_num_threads(old)
+    with pytest.raises(SpecVizError):
+        WorkGate(0)
+
+
+def test_canonical_drops_only_timings():
+    from specviz.loadtest import canonical
+
+    a = canonical('{"b": 1, "draft_time_s": 0.5, "verify_time_s": 1, "total_time_s": 2, "a": [1, 2]}')
+    assert a == canonical('{"a": [1, 2], "b": 1, "draft_time_s": 9}')
+    assert a != canonical('{"a": [2, 1], "b": 1}')
+
+
+def test_loadtest_refuses_non_loopback():
+    from specviz.loadtest import run
+
+    with pytest.raises(SystemExit, match="loopback"):
+        run("http://192.0.2.1:8501", 2, 1, 5)
+
+
+@pytest.mark.slow
+def test_ten_simultaneous_sessions_match_solo_runs(target, capsys):
+    """`python -m specviz.loadtest --sessions 10`: a real server on 127.0.0.1, ten sessions at once
+    through start, next round x3, replay; every trace equals the solo run's, no error element."""
+    from specviz.loadtest import run
+    from specviz.server import streamlit_server
+
+    extra = ["--server.enableAgentApi", "true", "--server.agentWaitTimeout", "300"]
+    with streamlit_server(extra) as url:
+        res = run(url, 10, 3, 300, target=target)
+    with capsys.disabled():
+        print(f"\nload test: 10 sessions, {res['steps']} steps in {res['wall_s']:.1f} s; "
+              f"step latency p50 {1000 * res['p50_s']:.0f} ms, p95 {1000 * res['p95_s']:.0f} ms")
+    assert not res["errors"], res["errors"]
+    assert not res["stuck"], res["stuck"]
+    assert not res["mismatches"], res["mismatches"]
+    assert res["steps"] == 10 * 5
+    assert res["ok"]
