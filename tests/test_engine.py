@@ -29,6 +29,7 @@ def vanilla_outputs(target):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_pld_greedy_identical_to_vanilla(target, vanilla_outputs):
     drafter = PromptLookupDrafter()
     accepted = 0
@@ -40,6 +41,7 @@ def test_pld_greedy_identical_to_vanilla(target, vanilla_outputs):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_chain_drafter_greedy_identical_to_vanilla(target, vanilla_outputs, bf16_draft):
     drafter = SpSDrafter(bf16_draft, gamma=3)
     rounds = tokens = 0

@@ -13,6 +13,7 @@ PROMPTS = EXAMPLE_PROMPTS
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_greedy_identical_to_hf_generate(target, hf_model):
     mismatches = []
     for prompt in PROMPTS[:20]:
