@@ -23,3 +23,13 @@ def hf_model(target):
     from transformers import LlamaForCausalLM
 
     return LlamaForCausalLM.from_pretrained(str(target.folder), dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def vanilla_greedy(target):
+    """Our vanilla greedy output for the first 50 example prompts x 128 tokens, computed once:
+    the reference every greedy speculative method must reproduce token for token."""
+    from specviz.engine import vanilla_generate
+    from specviz.examples import EXAMPLE_PROMPTS
+
+    return {p: vanilla_generate(target, p, 128).tokens for p in EXAMPLE_PROMPTS[:50]}

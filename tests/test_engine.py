@@ -8,7 +8,7 @@ import torch
 from specviz import SpecVizError
 from specviz.drafters.pld import PromptLookupDrafter
 from specviz.drafters.sps import SpSDrafter
-from specviz.engine import SpeculativeDecoder, vanilla_generate
+from specviz.engine import SpeculativeDecoder
 from specviz.examples import EXAMPLE_PROMPTS
 from specviz.sampling import SamplingParams
 from specviz.target import load_target
@@ -24,8 +24,8 @@ def bf16_draft():
 
 
 @pytest.fixture(scope="module")
-def vanilla_outputs(target):
-    return [vanilla_generate(target, p, N_TOKENS).tokens for p in EXAMPLE_PROMPTS[:N_PROMPTS]]
+def vanilla_outputs(vanilla_greedy):
+    return [vanilla_greedy[p] for p in EXAMPLE_PROMPTS[:N_PROMPTS]]
 
 
 @pytest.mark.slow
