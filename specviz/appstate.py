@@ -590,7 +590,7 @@ def render_sidebar() -> None:
             st.text_input("Folder in the cache or an allowed directory, or a cached Hub id" if lang() != "zh"
                           else "缓存或允许目录中的文件夹，或已缓存的 Hub 模型名", key="w_model_path", max_chars=1024)
             st.button("Load" if lang() != "zh" else "加载", key="model_load", on_click=load_model_from_ui)
-            msg = ss.get("model_msg")
+            msg = ss.pop("model_msg", None)  # shown once, after the Load press
             if msg:
                 (st.error if msg[0] == "error" else st.success)(msg[1])
         st.radio(tr("sb.dtype"), ["fp32", "bf16"], key="w_dtype", on_change=_copy, args=("dtype",), horizontal=True, help=tr("sb.dtype_help"))
