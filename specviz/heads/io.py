@@ -45,6 +45,7 @@ def save_head(head, folder, dtype=torch.float16, extra: dict | None = None) -> P
         cfg.setdefault("specviz", {}).update(extra)
     tmp = folder / "model.safetensors.tmp"
     save_file(out, str(tmp), metadata={"format": "pt"})
+    tmp.chmod(0o644)
     tmp.replace(folder / "model.safetensors")
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     return folder
