@@ -378,6 +378,7 @@ def config_key(s: dict, prompt: str) -> tuple:
 def start_session(target, s: dict, prompt: str) -> Session:
     from .engine import SpeculativeDecoder
 
+    typed = prompt  # the key compares with what the prompt box holds, cleaned or not
     prompt = check_prompt(prompt)
     params = sampling_params(s)
     ids = prompt_ids(target, prompt)
@@ -385,7 +386,7 @@ def start_session(target, s: dict, prompt: str) -> Session:
         drafter = make_drafter(s["method"], target, s)
         dec = SpeculativeDecoder(target, drafter, params, seed=int(s["seed"]))
         dec.start(ids, int(s["max_new"]))
-    sess = Session(config_key(s, prompt), dec, [], prompt, s["method"], int(s["seed"]))
+    sess = Session(config_key(s, typed), dec, [], prompt, s["method"], int(s["seed"]))
     st.session_state["dec"] = sess
     return sess
 
