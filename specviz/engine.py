@@ -17,6 +17,7 @@ from .drafters.base import Drafter, NoDraft
 from .sampling import SamplingParams, probs, sample
 from .trace import AcceptStep, NodeTrace, RoundTrace
 from .tree import DraftTree
+from .verify import rule_name, verify
 
 TOP_N = 8  # entries kept in each top list of a trace
 
@@ -152,8 +153,6 @@ class SpeculativeDecoder:
         if n == 1:  # vanilla: nothing to verify, just draw the next token
             res = _VanillaResult(p[0], self.params, self.generator)
         else:
-            from .verify import verify
-
             res = verify(tree, p, self.params, self.generator, p_raw=p_raw, variant=self.variant)
         keep = [0] + list(res.accepted)
         self.cache.commit(keep)
@@ -248,7 +247,7 @@ class SpeculativeDecoder:
         return RoundTrace(
             round_index=len(self.traces),
             method=self.drafter.name,
-            rule=_rule_name(tree, self.params),
+            rule=rule_name(tree, self.params),
             sampling=self.params.as_dict(),
             prefix_len=L,
             nodes=nodes,
@@ -277,15 +276,6 @@ class _VanillaResult:
         self.accepted, self.steps, self.extra_dist = [], [], dist
         self.extra_token = int(dist.argmax()) if params.greedy else sample(dist, generator)
         self.extra_source = "vanilla"
-
-
-def _rule_name(tree: DraftTree, params: SamplingParams) -> str:
-    if params.greedy:
-        return "greedy"
-    branching = any(len(tree.children(i)) > 1 for i in range(len(tree)))
-    if tree.sampled:
-        return "tree-sampled" if branching else "chain"
-    return "tree-deterministic"
 
 
 def _prune(tree: DraftTree, max_depth: int) -> DraftTree:

@@ -81,3 +81,17 @@ def test_sample_is_reproducible_with_seed():
 def test_bad_settings_are_refused_clearly(kwargs, words):
     with pytest.raises(SpecVizError, match=words):
         SamplingParams(**kwargs)
+
+
+def test_sample_matches_its_distribution_and_never_draws_zero_mass():
+    """Chi-square of 20k draws against the distribution; zero-probability tokens never appear."""
+    from scipy.stats import chisquare
+
+    d = torch.tensor([0.0, 0.5, 0.0, 0.25, 0.125, 0.125, 0.0])
+    g = torch.Generator().manual_seed(0)
+    counts = torch.zeros(7)
+    for _ in range(20_000):
+        counts[sample(d, g)] += 1
+    assert counts[[0, 2, 6]].sum() == 0
+    nz = d > 0
+    assert chisquare(counts[nz].numpy(), (d[nz] * 20_000).numpy()).pvalue > 0.001
