@@ -210,8 +210,10 @@ def run(base: str, sessions: int, rounds: int, timeout: float, method: str = "pl
     stuck = [o.plan.index for o, th in zip(outcomes, threads) if th.is_alive()]
 
     if target is None:
+        from .concurrency import configure_threads
         from .target import load_target
 
+        configure_threads(1)  # this process is a client plus the solo reference runs
         target = load_target(None)
     mismatches = []
     for o in outcomes:

@@ -131,3 +131,39 @@ def test_ten_simultaneous_sessions_match_solo_runs(target, capsys):
     assert not res["mismatches"], res["mismatches"]
     assert res["steps"] == 10 * 5
     assert res["ok"]
+
+
+def test_shared_model_untouched_by_concurrent_decoders(target):
+    """Decoders on the one shared target, run at the same time without any gate (the worst case of
+    several workers), give exactly their solo traces, and no weight changes."""
+    import torch
+
+    from specviz.loadtest import make_plans, solo_traces
+
+    def digest():
+        return [float(p.double().sum()) for p in (target.model.embed, target.model.norm, target.model.lm_head)]
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)  # several decoders at once on few cores: one intra-op thread each
+    try:
+        before = digest()
+        plans = make_plans(3, 1, max_new=8)
+        solo = {p.index: solo_traces(p, 1, target) for p in plans}
+        got, errs = {}, []
+
+        def work(p):
+            try:
+                got[p.index] = solo_traces(p, 1, target)
+            except Exception as e:  # noqa: BLE001
+                errs.append(repr(e))
+
+        threads = [threading.Thread(target=work, args=(p,)) for p in plans]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(120)
+    finally:
+        torch.set_num_threads(old)
+    assert not errs, errs
+    assert got == solo
+    assert digest() == before
