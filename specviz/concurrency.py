@@ -126,15 +126,23 @@ def _serving() -> bool:
 _LOCK = threading.Lock()
 
 
+def server_threads(workers: int | None = None) -> int:
+    """The intra-op thread count a server uses on CPU: `$SPECVIZ_TORCH_THREADS`, else
+    max(1, (cores - 1) // workers). (Float reductions depend on it: a solo run meant to match a
+    server's traces bit for bit must use the same count.)"""
+    env = os.environ.get("SPECVIZ_TORCH_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return max(1, (_cores() - 1) // max(1, workers if workers is not None else default_workers(cuda=False)))
+
+
 def configure_threads(workers: int, cuda: bool | None = None) -> int:
-    """Give torch max(1, cores // workers) intra-op threads on CPU (process-wide); returns it.
-    `$SPECVIZ_TORCH_THREADS` overrides."""
+    """Give torch `server_threads(workers)` intra-op threads on CPU (process-wide); returns it."""
     import torch
 
     if cuda is None:
         cuda = torch.cuda.is_available()
-    env = os.environ.get("SPECVIZ_TORCH_THREADS", "").strip()
-    n = int(env) if env.isdigit() and int(env) > 0 else max(1, (_cores() - 1) // max(1, workers))
+    n = server_threads(workers)
     if not cuda and torch.get_num_threads() != n:
         torch.set_num_threads(n)
     return n

@@ -11,7 +11,8 @@ fetched from the page's own "Download round as JSON" button, and must equal, byt
 (timing fields removed), the trace of a solo run with the same settings computed in this
 process. Any error or exception element on a page fails the run. Prints p50/p95 step latency.
 
-Loopback only: `--url` must point at 127.0.0.1/localhost. Bounded: at most 64 sessions, and
+The solo runs use the server's torch thread count (specviz.concurrency.server_threads): float sums
+depend on it. Loopback only: `--url` must point at 127.0.0.1/localhost. Bounded: at most 64 sessions, and
 every request times out.
 """
 
@@ -209,17 +210,25 @@ def run(base: str, sessions: int, rounds: int, timeout: float, method: str = "pl
     wall = time.perf_counter() - t0
     stuck = [o.plan.index for o, th in zip(outcomes, threads) if th.is_alive()]
 
+    import torch
+
+    from .concurrency import server_threads
+
     if target is None:
-        from .concurrency import configure_threads
         from .target import load_target
 
-        configure_threads(1)  # this process is a client plus the solo reference runs
         target = load_target(None)
     mismatches = []
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(server_threads())  # float sums depend on the thread count: match the server's
+    try:
+        refs = {o.plan.index: solo_traces(o.plan, rounds, target) for o in outcomes if not o.errors}
+    finally:
+        torch.set_num_threads(old_threads)
     for o in outcomes:
         if o.errors:
             continue
-        ref = solo_traces(o.plan, rounds, target)
+        ref = refs[o.plan.index]
         if o.traces != ref:
             first = next((i for i, (a, b) in enumerate(zip(o.traces, ref)) if a != b), min(len(o.traces), len(ref)))
             mismatches.append(f"session {o.plan.index} (seed {o.plan.seed}): trace {first + 1} of {len(ref)} differs from the solo run")

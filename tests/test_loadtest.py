@@ -167,3 +167,17 @@ def test_shared_model_untouched_by_concurrent_decoders(target):
     assert not errs, errs
     assert got == solo
     assert digest() == before
+
+
+def test_waiting_notice_text():
+    from specviz.appstate import _show_wait
+
+    class Slot:
+        def info(self, msg, icon=None):
+            self.msg = msg
+
+    slot = Slot()
+    _show_wait(slot)(2)
+    assert slot.msg.startswith("Waiting for 2 requests ahead")
+    _show_wait(slot)(1)
+    assert "1 request ahead" in slot.msg
