@@ -226,7 +226,9 @@ def make_drafter(method: str, target, settings: dict):
 
         ts = tree_settings_for("pld", settings)
         try:
-            return PromptLookupDrafter(max_ngram=ts["max_ngram"], min_ngram=1, num_tokens=ts["num_tokens"])
+            return PromptLookupDrafter(
+                max_ngram=ts["max_ngram"], min_ngram=1, num_tokens=ts["num_tokens"], stop_ids=target.tokenizer.special_ids
+            )
         except ValueError as e:
             raise SpecVizError(str(e)) from e
     return _factory(method)(method, target, **tree_settings_for(method, settings))

@@ -67,18 +67,25 @@ class SpeculativeDecoder:
 
     # ------------------------------------------------------------------ set-up
     def prompt_ids(self, prompt, chat: bool = True) -> list[int]:
+        """Token ids of a prompt given as text (chat-formatted by default) or as token ids."""
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise SpecVizError("The prompt is empty: type something for the model to answer.")
             return self.tok.chat_ids(prompt) if chat else self.tok.encode(prompt)
-        ids = [int(t) for t in prompt]
+        if prompt is None or not hasattr(prompt, "__iter__"):
+            raise SpecVizError(f"The prompt must be text or a list of token ids, got {type(prompt).__name__}.")
+        ids = list(prompt)
         if not ids:
             raise SpecVizError("The prompt is empty.")
+        vocab = self.model.cfg.vocab_size
+        bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab]
+        if bad:
+            raise SpecVizError(f"Token ids must be whole numbers in [0, {vocab}); got {bad[:5]!r}.")
         return ids
 
     def start(self, prompt, max_new_tokens: int = 128, chat: bool = True) -> None:
         """Tokenise, prefill all but the last prompt token, and reset the drafter."""
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise SpecVizError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}.")
         ids = self.prompt_ids(prompt, chat)
         if len(ids) + max_new_tokens + 1 > self.max_len:

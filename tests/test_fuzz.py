@@ -129,13 +129,20 @@ def test_engine_start_step_accept_or_explain_and_recover(target, one_thread, tex
     assert dec.step().committed
 
 
-@pytest.mark.xfail(reason="engine: out-of-vocabulary token ids raise IndexError, not SpecVizError (the app only passes tokenizer ids)", strict=False)
-@pytest.mark.parametrize("ids", [[10**9], [-1, 5]])
+@pytest.mark.parametrize("ids", [[10**9], [-1, 5], [1.5, 2], None, 7])
 def test_engine_token_ids_out_of_vocab(target, ids):
     from specviz.engine import SpeculativeDecoder
 
     with pytest.raises(SpecVizError):
         SpeculativeDecoder(target).start(ids, 4)
+
+
+@pytest.mark.parametrize("budget", [True, 0, -3, 2.0, "8"])
+def test_engine_rejects_odd_budgets(target, budget):
+    from specviz.engine import SpeculativeDecoder
+
+    with pytest.raises(SpecVizError, match="max_new_tokens"):
+        SpeculativeDecoder(target).start("hi", budget)
 
 
 # ------------------------------------------------------------------ the app with hostile input
