@@ -174,8 +174,7 @@ def test_no_remote_code_no_pickle_in_the_serving_path():
                 depth += {"(": 1, ")": -1}.get(text[i], 0)
                 i += 1
             args = text[m.end(): i - 1]
-            # weights_only=False only for the trainers' own resume checkpoints, never reachable from the app
-            assert "weights_only=True" in args or rel.startswith("specviz/train/"), (rel, args)
+            assert "weights_only=True" in args, (rel, args)
 
 
 def test_streamlit_config_is_classroom_safe():

@@ -131,7 +131,7 @@ def train_sps(data_dir, out, ckpt_dir, minutes=10.0, max_steps=0, lr=2e-3, max_t
     ck_path = ckdir / "last.pt"
     state = dict(step=0, elapsed=0.0, epoch=0, pos_in_epoch=0, history=[])
     if ck_path.exists():
-        ck = torch.load(ck_path, map_location=device, weights_only=False)
+        ck = torch.load(ck_path, map_location=device, weights_only=True)  # our own resume file: tensors and plain values only
         sps.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         state = ck["state"]

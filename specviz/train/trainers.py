@@ -355,7 +355,7 @@ def train(cfg: TrainConfig, log=print, model=None):
     ck_path = ckdir / "last.pt"
     state = dict(step=0, elapsed=0.0, epoch=0, pos_in_epoch=0, history=[])
     if ck_path.exists():
-        ck = torch.load(ck_path, map_location=dev, weights_only=False)
+        ck = torch.load(ck_path, map_location=dev, weights_only=True)  # our own resume file: tensors and plain values only
         head.load_state_dict(ck["head"])
         opt.load_state_dict(ck["opt"])
         state = ck["state"]
@@ -370,7 +370,7 @@ def train(cfg: TrainConfig, log=print, model=None):
 
     def save_ck():
         tmp = ck_path.with_suffix(".tmp")
-        torch.save(dict(head=head.state_dict(), opt=opt.state_dict(), state=state, cfg=cfg.__dict__), tmp)
+        torch.save(dict(head=head.state_dict(), opt=opt.state_dict(), state=state, cfg={k: str(v) if isinstance(v, Path) else v for k, v in cfg.__dict__.items()}), tmp)
         tmp.replace(ck_path)
 
     def done():
