@@ -138,18 +138,29 @@ with shipped:
                 meta.update({f"{k}.{a}": b for a, b in data[k].items() if not isinstance(b, (dict, list))})
         if meta:
             st.caption(" · ".join(f"{k}: {v}" for k, v in meta.items()))
-        methods = data.get("methods") or data.get("results")
-        if isinstance(methods, dict):
+        # specviz.bench nests results per precision: {"by_dtype": {"fp32": {"methods": {...}}}}
+        if isinstance(data.get("by_dtype"), dict):
+            sections = [(d, e.get("methods")) for d, e in data["by_dtype"].items() if isinstance(e, dict)]
+        else:
+            sections = [("", data.get("methods") or data.get("results"))]
+        shown = False
+        for dname, methods in sections:
+            if not isinstance(methods, dict):
+                continue
+            shown = True
+            if dname:
+                st.markdown(f"**{dname}**")
             rows = []
             for name, m in methods.items():
                 if isinstance(m, dict):
                     rows.append({"method": name, **{k: v for k, v in m.items() if not isinstance(v, (dict, list))}})
             if rows:
                 st.dataframe(pd.DataFrame(rows), hide_index=True)
-            cats = {name: m.get("per_category") or m.get("categories") for name, m in methods.items() if isinstance(m, dict)}
+            cats = {name: m.get("by_category") or m.get("per_category") or m.get("categories")
+                    for name, m in methods.items() if isinstance(m, dict)}
             cat_rows = [{"method": n, "category": c, **{k: v for k, v in d.items() if not isinstance(v, (dict, list))}}
                         for n, cs in cats.items() if isinstance(cs, dict) for c, d in cs.items() if isinstance(d, dict)]
-            if cat_rows:
+            if len(cat_rows) > len(rows):
                 st.dataframe(pd.DataFrame(cat_rows), hide_index=True)
-        else:
+        if not shown:
             st.json(data, expanded=False)
