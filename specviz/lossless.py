@@ -54,7 +54,7 @@ import torch
 from . import SpecVizError
 from .sampling import SamplingParams, probs, sample
 from .tree import DraftTree
-from .verify import Policy, get_policy, verify
+from .verify import Policy, _drop, _onehot, get_policy, verify
 
 DTYPE = torch.float64  # the exact enumeration runs in double precision
 
@@ -236,19 +236,6 @@ def _top_tokens(q: torch.Tensor, width: int) -> list[int]:
 
 
 # =============================================================================== exact: walk
-def _onehot(x: int, like: torch.Tensor) -> torch.Tensor:
-    o = torch.zeros_like(like)
-    o[x] = 1.0
-    return o
-
-
-def _drop(q: torch.Tensor, x: int) -> torch.Tensor:
-    q = q.clone()
-    q[x] = 0
-    s = q.sum()
-    return q / s if s > 0 else q
-
-
 def _enumerate(view, h, prefix: tuple, weight: float, k: int, pol: Policy, out: dict) -> None:
     """Add this round's emission probabilities below node h into `out`.
 
