@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from .data import SeqData
-from .trainers import batches
+from .trainers import batches, resume
 
 
 def sps_config(tcfg, hidden=256, layers=2, heads=4, kv_heads=2, inter=768) -> dict:
@@ -129,13 +129,7 @@ def train_sps(data_dir, out, ckpt_dir, minutes=10.0, max_steps=0, lr=2e-3, max_t
     ckdir = Path(ckpt_dir)
     ckdir.mkdir(parents=True, exist_ok=True)
     ck_path = ckdir / "last.pt"
-    state = dict(step=0, elapsed=0.0, epoch=0, pos_in_epoch=0, history=[])
-    if ck_path.exists():
-        ck = torch.load(ck_path, map_location=device, weights_only=True)  # our own resume file: tensors and plain values only
-        sps.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["opt"])
-        state = ck["state"]
-        log(f"resumed at step {state['step']}")
+    state = resume(ck_path, sps, opt, "model", device, log)
     budget = minutes * 60
 
     def lr_at():

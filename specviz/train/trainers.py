@@ -353,13 +353,7 @@ def train(cfg: TrainConfig, log=print, model=None):
     ckdir = Path(cfg.ckpt_dir)
     ckdir.mkdir(parents=True, exist_ok=True)
     ck_path = ckdir / "last.pt"
-    state = dict(step=0, elapsed=0.0, epoch=0, pos_in_epoch=0, history=[])
-    if ck_path.exists():
-        ck = torch.load(ck_path, map_location=dev, weights_only=True)  # our own resume file: tensors and plain values only
-        head.load_state_dict(ck["head"])
-        opt.load_state_dict(ck["opt"])
-        state = ck["state"]
-        log(f"resumed from {ck_path} at step {state['step']} ({state['elapsed'] / 60:.1f} min done)")
+    state = resume(ck_path, head, opt, "head", dev, log)
     budget = cfg.minutes * 60
     steps_ttt = cfg.steps_ttt if cfg.method == "eagle3" else (cfg.medusa_heads if cfg.method == "medusa" else 1)
 
@@ -452,3 +446,15 @@ def export(cfg, head, state, ev, ev_all, n_seq, n_tok, n_resp):
     save_head(head, out, dtype=torch.float16, extra=dict(trained_by="specviz.train", **{k: info[k] for k in ("method", "steps", "wall_minutes")}))
     (out / "train_info.json").write_text(json.dumps(dict(info, history=state["history"]), indent=1))
     return out
+
+
+def resume(ck_path: Path, module, opt, key: str, device, log) -> dict:
+    """Restore model and optimiser from our own resume file, if any; return the loop state."""
+    if not ck_path.exists():
+        return dict(step=0, elapsed=0.0, epoch=0, pos_in_epoch=0, history=[])
+    ck = torch.load(ck_path, map_location=device, weights_only=True)  # tensors and plain values only
+    module.load_state_dict(ck[key])
+    opt.load_state_dict(ck["opt"])
+    state = ck["state"]
+    log(f"resumed from {ck_path} at step {state['step']} ({state['elapsed'] / 60:.1f} min done)")
+    return state
