@@ -209,6 +209,8 @@ def tree_settings_for(method: str, s: dict) -> dict:
         return {"depth": int(s["depth"]), "top_k": int(s["tree_topk"]), "total_tokens": int(s["total_tokens"])}
     if method == "sps":
         return {"gamma": int(s["depth"])}
+    if method in ("eagle1", "medusa"):
+        return {"tree_size": "paper"}  # the papers' static trees: what a lesson shows
     return {}
 
 

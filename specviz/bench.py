@@ -13,7 +13,6 @@ import argparse
 import datetime as dt
 import gzip
 import json
-import platform
 import statistics
 import sys
 import time
@@ -27,6 +26,7 @@ from .engine import SpeculativeDecoder
 from .examples import EXAMPLE_PROMPTS
 from .methods import METHODS, make_drafter
 from .sampling import SamplingParams
+from .tuning import forward_curve, machine
 
 HF_METHODS = ("hf", "hf-pld", "hf-assisted")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -82,10 +82,13 @@ def _spread(rows: list[dict], limit: int) -> list[dict]:
 class Runner:
     """Runs one method on one prompt: returns (new token ids, seconds, rounds, per-round accepted lengths)."""
 
-    def __init__(self, method: str, target, params: SamplingParams, hf=None, seed: int = 0):
+    def __init__(self, method: str, target, params: SamplingParams, hf=None, seed: int = 0, tree: str = "auto"):
         self.method, self.target, self.params, self.hf, self.seed = method, target, params, hf, seed
+        self.tree = None
         if method not in HF_METHODS:
-            self.drafter = make_drafter(method, target)
+            opts = {"tree_size": tree} if method in TREE_METHODS else {}
+            self.drafter = make_drafter(method, target, **opts)
+            self.tree = describe_tree(self.drafter)
 
     def run(self, prompt_ids: list[int], max_new: int):
         if self.method in HF_METHODS:
@@ -116,6 +119,23 @@ class Runner:
         secs = time.perf_counter() - t0
         toks = out[0, ids.shape[1] :].tolist()
         return toks, secs, None, [], [], []
+
+
+TREE_METHODS = ("eagle1", "eagle2", "eagle3", "medusa")
+
+
+def describe_tree(drafter) -> dict | None:
+    """The tree a drafter uses, and why: device-tuned (with the expected numbers) or fixed."""
+    t = getattr(drafter, "tuning", None)
+    if t:
+        keep = ("kind", "depth", "total_tokens", "tau", "tok_s", "vanilla_tok_s")
+        return {"source": "device-tuned", **{k: t[k] for k in keep if k in t}}
+    if getattr(drafter, "tree_kind", None) == "dynamic":
+        return {"source": "fixed", "kind": "dynamic", "depth": drafter.depth, "total_tokens": drafter.total_tokens}
+    paths = getattr(drafter, "static_tree", None) or getattr(drafter, "tree", None)
+    if isinstance(paths, list):
+        return {"source": "fixed", "kind": "static", "total_tokens": len(paths) + 1}
+    return None
 
 
 def load_hf(target, dtype, need_assistant: bool):
@@ -157,47 +177,17 @@ def summarise(rows: list[dict]) -> dict:
         "tokens_per_s": toks / secs if secs else 0.0,
         "tau": (sum(len(r["accept_lens"]) and r["n_tokens"] for r in rows) / sum(rounds)) if rounds else None,
         "alpha_by_depth": alpha_by_depth(acc, dep),
-    }
-
-
-def machine() -> dict:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "threads": torch.get_num_threads(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
+        # where a round's time goes (our engine only): drafting, the target pass + acceptance, the rest
+        **({"per_round_ms": {
+            "draft": 1000 * sum(r["draft_s"] for r in rows) / sum(rounds),
+            "verify": 1000 * sum(r["verify_s"] for r in rows) / sum(rounds),
+            "other": 1000 * (secs - sum(r["draft_s"] + r["verify_s"] for r in rows)) / sum(rounds),
+            "nodes": sum(r["nodes"] for r in rows) / sum(rounds),
+        }} if rounds else {}),
     }
 
 
 # ----------------------------------------------------------------------------- forward curve
-def forward_curve(model, sizes=(1, 4, 16, 64), context: int = 300, repeats: int = 5) -> dict[int, float]:
-    """Median seconds of one target pass over n new tokens after `context` cached tokens."""
-    ctx = torch.randint(100, 20000, (1, context))
-    cache = model.new_cache(context + max(sizes) + 1)
-    model(ctx, cache)
-    cache.commit()
-    out = {}
-    for n in sizes:
-        toks = torch.randint(100, 20000, (1, n))
-        times = []
-        for _ in range(repeats + 1):
-            t0 = time.perf_counter()
-            model(toks, cache)
-            times.append(time.perf_counter() - t0)
-            cache.truncate(context)
-        out[n] = statistics.median(times[1:])
-    return out
-
-
 def weight_floor(model, repeats: int = 5) -> float:
     """Seconds for the bare matrix products of one token (every weight read once, no attention)."""
     x = torch.randn(1, model.cfg.hidden_size, dtype=model.dtype)
@@ -240,7 +230,10 @@ def run(args) -> dict:
         dtype = DTYPES[dname]
         target = load_target(args.model, dtype=dtype, device=args.device)
         hf = load_hf(target, dtype, "hf-assisted" in methods) if set(methods) & set(HF_METHODS) else None
-        runners = {m: Runner(m, target, params, hf, args.seed) for m in methods}
+        runners = {m: Runner(m, target, params, hf, args.seed, tree=args.tree) for m in methods}
+        for m, r in runners.items():
+            if r.tree:
+                print(f"{m}: tree {json.dumps(r.tree)}", file=sys.stderr)
         ids = [target.tokenizer.chat_ids(p["prompt"]) for p in prompts]
         # warm-up: one short run of each method
         for r in runners.values():
@@ -251,10 +244,12 @@ def run(args) -> dict:
 
         for i, p in enumerate(tqdm(prompts, desc=f"bench {dname}", file=sys.stderr)):
             for m, r in runners.items():  # interleave methods: drift in machine speed hits all alike
-                toks, secs, rounds, acc, depths, _ = r.run(ids[i], args.max_new_tokens)
+                toks, secs, rounds, acc, depths, trs = r.run(ids[i], args.max_new_tokens)
                 outputs[m].append(toks)
                 rows[m].append(
-                    {"category": p["category"], "n_tokens": len(toks), "seconds": secs, "rounds": rounds, "accept_lens": acc, "depths": depths}
+                    {"category": p["category"], "n_tokens": len(toks), "seconds": secs, "rounds": rounds, "accept_lens": acc,
+                     "depths": depths, "draft_s": sum(t.draft_time_s for t in trs), "verify_s": sum(t.verify_time_s for t in trs),
+                     "nodes": sum(len(t.nodes) for t in trs)}
                 )
         res = {}
         for m in methods:
@@ -265,6 +260,8 @@ def run(args) -> dict:
                 s["identical_to_vanilla"] = all(
                     _same(a, b, target.eos_ids) for a, b in zip(outputs[m], outputs["vanilla"])
                 )
+            if runners[m].tree:
+                s["tree"] = runners[m].tree
             res[m] = s
         for m, s in res.items():
             for key, base in (("speedup_vs_vanilla", "vanilla"), ("speedup_vs_hf", "hf")):
@@ -335,6 +332,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--forward-curve", action="store_true", help="also time 1/4/16/64-token passes")
+    ap.add_argument("--tree", default="auto", choices=["auto", "paper"],
+                    help="EAGLE/Medusa tree size: tuned for this device (auto) or the papers' fixed trees")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     try:

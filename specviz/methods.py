@@ -25,6 +25,11 @@ METHODS: dict[str, tuple[str, object]] = {
 }
 
 
+def head_method(name: str) -> str:
+    """The folder of shipped weights a method uses (EAGLE-2 drafts with the EAGLE-1 head)."""
+    return "eagle1" if name == "eagle2" else name
+
+
 def _special_ids(target) -> set[int]:
     return set(getattr(getattr(target, "tokenizer", None), "special_ids", ()) or ())
 

@@ -31,6 +31,9 @@ class DraftTree:
     # known. Needed for the sampled rule (min(1, p/q) and residual max(p - q, 0)) and for display.
     dists: dict[int, torch.Tensor] = field(default_factory=dict)
     scores: list[float] | None = None  # cumulative log q along the path (default: from q)
+    # EAGLE-2 trees: every scored candidate (score, parent candidate, token), kept or not; a
+    # smaller tree is the top of the same list, which is how `specviz.tuning` sizes trees
+    candidates: list | None = None
 
     def __post_init__(self):
         n = len(self.tokens)
@@ -211,6 +214,7 @@ def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
         out.scores.append(cand[i][0])
         node_of[i] = len(out.tokens) - 1
     out.dists = {node_of[c]: d for c, d in cand_dist.items() if c in node_of}
+    out.candidates = [(c[0], c[1], c[2]) for c in cand]
     return out
 
 

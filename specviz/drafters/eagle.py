@@ -44,6 +44,7 @@ class EagleDrafter(Drafter):
         if self.is3:
             self.vocab_ids = head.target_ids()
         self.cache = None
+        self.tuning = None  # the device-tuned choice (specviz.tuning), when one was made
 
     # ------------------------------------------------------------------ state
     def _features(self, taps: dict) -> torch.Tensor:
@@ -144,19 +145,44 @@ def _load(target, method: str, head_dir=None):
             f"No {method} head for {model.name} (looked in {folder}). Train one with "
             f"`python -m specviz.train {method}` and pass its folder."
         )
-    return load_head(folder, target=model, dtype=model.dtype), model
+    return load_head(folder, target=model, dtype=model.dtype), model, folder
 
 
-def make_eagle1(target, head_dir=None, **kw):
-    head, model = _load(target, "eagle1", head_dir)
-    return EagleDrafter(head, model, name="eagle1", tree="static", static_tree=kw.get("static_tree"))
+def tuned(target, method: str, folder, tree_size) -> dict | None:
+    """The device-tuned tree (`tree_size="auto"`), or None for the papers' fixed trees."""
+    if tree_size != "auto" or not hasattr(target, "tokenizer"):
+        return None
+    from ..tuning import tuned_tree
+
+    return tuned_tree(target, method, folder)
 
 
-def make_eagle2(target, head_dir=None, depth=5, top_k=8, total_tokens=24, **kw):
-    head, model = _load(target, "eagle1", head_dir)
-    return EagleDrafter(head, model, name="eagle2", tree="dynamic", depth=depth, top_k=top_k, total_tokens=total_tokens)
+def make_eagle1(target, head_dir=None, static_tree=None, tree_size="auto", **kw):
+    """EAGLE-1's static tree; by default the subset of it that pays best on this device."""
+    head, model, folder = _load(target, "eagle1", head_dir)
+    best = None if static_tree else tuned(target, "eagle1", folder, tree_size)
+    d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=best["paths"] if best else static_tree)
+    d.tuning = best
+    return d
 
 
-def make_eagle3(target, head_dir=None, depth=6, top_k=8, total_tokens=24, **kw):
-    head, model = _load(target, "eagle3", head_dir)
-    return EagleDrafter(head, model, name="eagle3", tree="dynamic", depth=depth, top_k=top_k, total_tokens=total_tokens)
+def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_tokens, tree_size, paper_depth):
+    head, model, folder = _load(target, head_method, head_dir)
+    best = None if (depth or total_tokens) else tuned(target, name, folder, tree_size)
+    if best:
+        depth, total_tokens = best["depth"], best["total_tokens"]
+    d = EagleDrafter(head, model, name=name, tree="dynamic", depth=depth or paper_depth, top_k=top_k,
+                     total_tokens=total_tokens or 24)
+    d.tuning = best
+    return d
+
+
+def make_eagle2(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tree_size="auto", **kw):
+    """EAGLE-2: the EAGLE-1 head with a dynamic tree (device-tuned unless depth/total_tokens are given;
+    `tree_size="paper"` gives the papers' CPU-scaled default of depth 5, 24 nodes)."""
+    return _make_dynamic(target, "eagle2", "eagle1", head_dir, depth, top_k, total_tokens, tree_size, 5)
+
+
+def make_eagle3(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tree_size="auto", **kw):
+    """EAGLE-3: its own head with a dynamic tree (device-tuned as for EAGLE-2; paper default depth 6)."""
+    return _make_dynamic(target, "eagle3", "eagle3", head_dir, depth, top_k, total_tokens, tree_size, 6)

@@ -32,6 +32,7 @@ class MedusaDrafter(Drafter):
         self.heads, self.model = heads, model
         self.tree = tree or default_medusa_tree(heads.n_heads)
         self.last = None
+        self.tuning = None
 
     def reset(self, context, taps):
         self.last = taps["final"][-1] if context else None
@@ -62,11 +63,19 @@ class MedusaDrafter(Drafter):
         return build_static_tree(int(root), self.tree, expand)
 
 
-def make_drafter(target, head_dir=None, tree=None, **kw):
+def make_drafter(target, head_dir=None, tree=None, tree_size="auto", **kw):
+    """Medusa's static tree; by default the subset of it that pays best on this device."""
     model = target.model if hasattr(target, "model") else target
     folder = Path(head_dir) if head_dir else shipped_head_dir(model.name, "medusa")
     if not (folder / "config.json").is_file():
         raise SpecVizError(f"No Medusa heads for {model.name} (looked in {folder}); train them with "
                            "`python -m specviz.train medusa`.")
     heads = load_head(folder, target=model, dtype=model.dtype)
-    return MedusaDrafter(heads, model, tree=tree)
+    best = None
+    if tree is None:
+        from .eagle import tuned
+
+        best = tuned(target, "medusa", folder, tree_size)
+    d = MedusaDrafter(heads, model, tree=best["paths"] if best else tree)
+    d.tuning = best
+    return d

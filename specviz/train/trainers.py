@@ -343,17 +343,19 @@ def train(cfg: TrainConfig, log=print, model=None):
     head = build_head(cfg.method, tcfg, cfg, data, model).to(dev)
     embed = model.embed.to(dev)
     head.bind(embed, embed if tcfg.tie_embeddings else model.lm_head.to(dev))
-    vocab_ids = loss_vocab(cfg.method, head, data, tcfg, cfg).to(dev)
-    imap = index_map(vocab_ids.cpu(), tcfg.vocab_size)
-    cov = token_frequencies(data, tcfg.vocab_size)
-    log(f"loss vocabulary: {len(vocab_ids)} tokens covering {float(cov[vocab_ids.cpu()].sum()) / float(cov.sum()):.4f} "
-        "of response tokens")
     opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95),
                             weight_decay=0.0)
     ckdir = Path(cfg.ckpt_dir)
     ckdir.mkdir(parents=True, exist_ok=True)
     ck_path = ckdir / "last.pt"
     state = resume(ck_path, head, opt, "head", dev, log)
+    # after resume: a resumed EAGLE-3 head keeps the draft vocabulary (d2t) it was trained with,
+    # even when the data has grown since and would pick a slightly different one
+    vocab_ids = loss_vocab(cfg.method, head, data, tcfg, cfg).to(dev)
+    imap = index_map(vocab_ids.cpu(), tcfg.vocab_size)
+    cov = token_frequencies(data, tcfg.vocab_size)
+    log(f"loss vocabulary: {len(vocab_ids)} tokens covering {float(cov[vocab_ids.cpu()].sum()) / float(cov.sum()):.4f} "
+        "of response tokens")
     budget = cfg.minutes * 60
     steps_ttt = cfg.steps_ttt if cfg.method == "eagle3" else (cfg.medusa_heads if cfg.method == "medusa" else 1)
 
