@@ -575,6 +575,33 @@ def _copy(key: str) -> None:
     st.session_state[key] = st.session_state["w_" + key]
 
 
+def _apply_tuned() -> None:
+    """Set depth / top_k / size to the tree that maximises expected tokens/s on this machine
+    (`specviz.tuning`: the head's shipped acceptance profile x this device's measured costs)."""
+    ss = st.session_state
+    m = ss.get("method")
+    try:
+        from .heads.io import shipped_head_dir
+        from .methods import head_method
+        from .tuning import tuned_tree
+
+        target = get_target()
+        if target is None:
+            return
+        with st.spinner(tr("sb.tune_measuring")), heavy_work():
+            best = tuned_tree(target, m, shipped_head_dir(target.model.name, head_method(m)))
+    except (SpecVizError, OSError, ValueError) as e:
+        ss["tune_msg"] = (m, "warn", str(e))
+        return
+    if best is None:
+        ss["tune_msg"] = (m, "warn", tr("sb.tune_none"))
+        return
+    for k, v in (("depth", best["depth"]), ("tree_topk", best.get("top_k", 8)), ("total_tokens", best["total_tokens"])):
+        ss[k] = ss["w_" + k] = int(v)
+    ss["tune_msg"] = (m, "ok", tr("sb.tune_done", depth=best["depth"], n=best["total_tokens"], tau=best["tau"],
+                                  tps=best["tok_s"], van=best["vanilla_tok_s"]))
+
+
 def render_sidebar() -> None:
     """The shared sidebar: language, model precision, method (unavailable ones captioned), sampling,
     seed, token budget and draft settings. Values start from the URL and are mirrored into it."""
@@ -618,6 +645,11 @@ def render_sidebar() -> None:
             st.number_input(tr("sb.depth"), 1, 12, key="w_depth", on_change=_copy, args=("depth",), disabled=m not in ("eagle2", "eagle3", "sps"))
             st.number_input(tr("sb.tree_topk"), 1, 16, key="w_tree_topk", on_change=_copy, args=("tree_topk",), disabled=m not in ("eagle2", "eagle3"))
             st.number_input(tr("sb.total_tokens"), 2, 128, key="w_total_tokens", on_change=_copy, args=("total_tokens",), disabled=m not in ("eagle2", "eagle3"))
+            if m in ("eagle2", "eagle3"):
+                st.button(tr("sb.tune"), key="tree_tune", on_click=_apply_tuned, help=tr("sb.tune_help"))
+                note = ss.get("tune_msg")
+                if note and note[0] == m:
+                    (st.warning if note[1] == "warn" else st.caption)(note[2])
     _write_url()
 
 

@@ -24,7 +24,7 @@ import torch
 from . import SpecVizError
 from .engine import SpeculativeDecoder
 from .examples import EXAMPLE_PROMPTS
-from .methods import METHODS, make_drafter
+from .methods import METHODS, TUNABLE, make_drafter
 from .sampling import SamplingParams
 from .tuning import forward_curve, machine
 
@@ -54,11 +54,19 @@ def load_prompts(source: str | None, limit: int | None) -> list[dict]:
         if not path.is_file():
             raise SpecVizError(f"No prompt file at {path}.")
         rows = []
-        for line in path.read_text().splitlines():
+        for n, line in enumerate(path.read_text().splitlines(), start=1):
             if line.strip():
-                r = json.loads(line)
-                turns = r.get("turns") or [r.get("prompt", "")]
-                rows.append({"id": r.get("question_id"), "category": r.get("category", "all"), "prompt": turns[0]})
+                try:
+                    r = json.loads(line)
+                    turns = r.get("turns") or [r.get("prompt", "")]
+                    prompt = turns[0]
+                except (ValueError, AttributeError, IndexError, TypeError):
+                    raise SpecVizError(f"{path}, line {n}: expected a JSON object with a 'turns' list.") from None
+                if not isinstance(prompt, str) or not prompt.strip():
+                    raise SpecVizError(f"{path}, line {n}: the first turn is not a non-empty string.")
+                rows.append({"id": r.get("question_id"), "category": r.get("category", "all"), "prompt": prompt})
+        if not rows:
+            raise SpecVizError(f"{path} holds no prompts.")
     if limit:
         rows = _spread(rows, limit)
     return rows
@@ -86,7 +94,7 @@ class Runner:
         self.method, self.target, self.params, self.hf, self.seed = method, target, params, hf, seed
         self.tree = None
         if method not in HF_METHODS:
-            opts = {"tree_size": tree} if method in TREE_METHODS else {}
+            opts = {"tree_size": tree} if method in TUNABLE else {}
             self.drafter = make_drafter(method, target, **opts)
             self.tree = describe_tree(self.drafter)
 
@@ -119,9 +127,6 @@ class Runner:
         secs = time.perf_counter() - t0
         toks = out[0, ids.shape[1] :].tolist()
         return toks, secs, None, [], [], []
-
-
-TREE_METHODS = ("eagle1", "eagle2", "eagle3", "medusa")
 
 
 def describe_tree(drafter) -> dict | None:

@@ -25,6 +25,9 @@ METHODS: dict[str, tuple[str, object]] = {
 }
 
 
+TUNABLE = ("eagle1", "eagle2", "eagle3", "medusa")  # methods whose tree specviz.tuning sizes
+
+
 def head_method(name: str) -> str:
     """The folder of shipped weights a method uses (EAGLE-2 drafts with the EAGLE-1 head)."""
     return "eagle1" if name == "eagle2" else name
@@ -53,7 +56,8 @@ def available(target) -> dict[str, str | None]:
     out = {}
     for name in METHODS:
         try:
-            make_drafter(name, target)
+            # the papers' fixed trees: checking availability must not trigger device measurements
+            make_drafter(name, target, **({"tree_size": "paper"} if name in TUNABLE else {}))
             out[name] = None
         except SpecVizError as e:
             out[name] = str(e)

@@ -358,6 +358,8 @@ def tuned_tree(target, method: str, head_dir, log=None) -> dict | None:
     best = dict(best, vanilla_tok_s=vanilla, kind=profile["kind"])
     if profile["kind"] == "static":
         best["paths"] = profile["paths"][: best["total_tokens"] - 1]
+    else:
+        best["top_k"] = profile["top_k"]  # the candidates were ranked with this many children per node
     return best
 
 

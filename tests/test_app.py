@@ -81,18 +81,25 @@ def test_empty_prompt_gives_inline_error_and_keeps_state():
     assert any("empty" in e for e in errors(at))
 
 
-def test_unavailable_method_is_listed_and_disabled():
-    at = ok(new_app().run())
-    radio = at.radio(key="w_method")
-    assert "eagle3" in radio.options or "EAGLE-3" in str(radio.options)
+def test_unavailable_method_is_listed_and_disabled(monkeypatch, tmp_path):
+    """A build without the EAGLE-3 head lists it, says why, and disables running it."""
+    import specviz.heads.io as hio
     from specviz.appstate import method_status
 
-    if method_status("eagle3")[0]:
-        pytest.skip("EAGLE-3 head present in this build")
-    side(at, "radio", "method", "eagle3")
-    ok(at)
-    assert at.warning, "an unavailable method must say why"
-    assert at.button(key="home_generate").disabled
+    monkeypatch.setattr(hio, "ASSETS", tmp_path)  # no shipped heads in this "build"
+    method_status.clear()
+    try:
+        at = ok(new_app().run())
+        radio = at.radio(key="w_method")
+        assert "eagle3" in radio.options or "EAGLE-3" in str(radio.options)
+        assert not method_status("eagle3")[0]
+        side(at, "radio", "method", "eagle3")
+        ok(at)
+        assert at.warning, "an unavailable method must say why"
+        assert any("train" in w.value.lower() or "head" in w.value.lower() for w in at.warning)
+        assert at.button(key="home_generate").disabled
+    finally:
+        method_status.clear()
 
 
 def test_decode_round_stepper():
@@ -189,3 +196,24 @@ def test_compare_page():
     assert not errors(at)
     r = at.session_state["cmp_result"]
     assert "vanilla" in r["first"] and r["rows"]
+
+
+def test_tune_tree_button_sets_the_device_tuned_size(monkeypatch):
+    """The sidebar's tune button applies the best tree of the shipped profile for this machine's
+    costs (here a fixed synthetic cost table, so the expected choice can be computed)."""
+    from specviz import tuning
+    from specviz.heads.io import shipped_head_dir
+
+    prof = tuning.load_profile(shipped_head_dir("smollm2-135m-instruct", "eagle3"), "eagle3")
+    assert prof is not None
+    costs = {"forward": {"1": 0.030, "8": 0.040, "64": 0.150},
+             "draft.eagle3": {str(d): 0.002 * d for d in range(1, prof["max_depth"] + 1)}, "overhead": 0.002}
+    monkeypatch.setattr(tuning, "device_costs", lambda *a, **k: costs)
+    best = tuning.rank_trees(prof, costs, "eagle3")[0]
+    at = ok(new_app().run())
+    side(at, "radio", "method", "eagle3")
+    at.button(key="tree_tune").click().run()
+    ok(at)
+    assert (at.session_state["depth"], at.session_state["total_tokens"]) == (best["depth"], best["total_tokens"])
+    assert at.session_state["tree_topk"] == prof["top_k"]
+    assert any(f"{best['total_tokens']} nodes" in c.value for c in at.caption)

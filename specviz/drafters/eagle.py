@@ -170,7 +170,7 @@ def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_token
     head, model, folder = _load(target, head_method, head_dir)
     best = None if (depth or total_tokens) else tuned(target, name, folder, tree_size)
     if best:
-        depth, total_tokens = best["depth"], best["total_tokens"]
+        depth, total_tokens, top_k = best["depth"], best["total_tokens"], best["top_k"]
     d = EagleDrafter(head, model, name=name, tree="dynamic", depth=depth or paper_depth, top_k=top_k,
                      total_tokens=total_tokens or 24)
     d.tuning = best
