@@ -195,6 +195,12 @@ S: dict[str, tuple[str, str]] = {
     "stats.tokens_per_round": ("tokens per round (accepted + 1)", "每轮 token 数（接受数 + 1）"),
     "stats.fraction_rounds": ("fraction of rounds", "轮次占比"),
     "stats.accept_rate": ("acceptance rate", "接受率"),
+    "bench.draft": ("drafting", "起草"),
+    "bench.verify": ("target pass + acceptance", "目标模型前向 + 接受判定"),
+    "bench.other": ("other", "其他"),
+    "bench.tok_s": ("tok/s", "词元/秒"),
+    "bench.ms_round": ("ms per round", "每轮毫秒"),
+    "bench.round_time": ("Where a round's time goes", "每轮时间花在哪里"),
     "stats.frequency": ("frequency", "频率"),
     # ---- compare page
     "cmp.title": ("Compare methods on the same prompt", "同一提示词下比较各方法"),

@@ -279,3 +279,17 @@ def test_every_literal_string_key_exists():
                           "dec.stage_": ["draft", "verify", "accept"], "toy.preset.": list(toy.PRESETS)}.items():
         for n in names:
             assert prefix + n in S, prefix + n
+
+
+def test_round_time_figure_stacks_the_measured_parts():
+    methods = {
+        "vanilla": {"tau": 1.0, "tokens_per_s": 26.0, "per_round_ms": {"draft": 0.1, "verify": 37.0, "other": 1.0, "nodes": 1}},
+        "eagle3": {"tau": 2.5, "tokens_per_s": 40.0, "per_round_ms": {"draft": 12.0, "verify": 48.0, "other": 2.0, "nodes": 10}},
+        "hf": {"tau": None, "tokens_per_s": 25.0},  # HF peers have no rounds: left out
+    }
+    fig = F.round_time_figure(methods, "zh")
+    _is_fig(fig)
+    assert [tr.name for tr in fig.data] == ["起草", "目标模型前向 + 接受判定", "其他"]
+    assert list(fig.data[0].y) == ["vanilla", "eagle3"]
+    assert list(fig.data[0].x) == [0.1, 12.0] and list(fig.data[1].x) == [37.0, 48.0]
+    assert any("2.50" in a.text and "40.0" in a.text for a in fig.layout.annotations)

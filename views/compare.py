@@ -29,7 +29,7 @@ from specviz.appstate import (
     status_note,
     tr,
 )
-from specviz.viz import accept_length_hist, acceptance_by_depth, depth_acceptance_figure, tree_figure
+from specviz.viz import accept_length_hist, acceptance_by_depth, depth_acceptance_figure, round_time_figure, tree_figure
 
 page_setup()
 L = lang()
@@ -155,7 +155,15 @@ with shipped:
                 if isinstance(m, dict):
                     rows.append({"method": name, **{k: v for k, v in m.items() if not isinstance(v, (dict, list))}})
             if rows:
+                for row, (name, m) in zip(rows, ((n, m) for n, m in methods.items() if isinstance(m, dict))):
+                    tree = m.get("tree")
+                    if isinstance(tree, dict):
+                        shape = f"depth {tree['depth']}, " if "depth" in tree else ""
+                        row["tree"] = f"{shape}{tree.get('total_tokens')} nodes ({tree.get('source')})"
                 st.dataframe(pd.DataFrame(rows), hide_index=True)
+                if any(isinstance(m, dict) and m.get("per_round_ms") for m in methods.values()):
+                    st.markdown(f"**{tr('bench.round_time')}**")
+                    st.plotly_chart(round_time_figure(methods, L), key=f"rt_{f.name}_{dname}")
             cats = {name: m.get("by_category") or m.get("per_category") or m.get("categories")
                     for name, m in methods.items() if isinstance(m, dict)}
             cat_rows = [{"method": n, "category": c, **{k: v for k, v in d.items() if not isinstance(v, (dict, list))}}

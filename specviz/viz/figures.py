@@ -458,6 +458,27 @@ def depth_acceptance_figure(rates_by_method: dict[str, list[float]], lang: str =
     return fig
 
 
+def round_time_figure(methods: dict, lang: str = "en") -> go.Figure:
+    """Where each method's round goes, from a `specviz.bench` result: stacked ms per round
+    (drafting, target pass + acceptance, the rest), labelled with tau and tokens/s. A method
+    pays off when tau outgrows its round time measured in vanilla rounds."""
+    names = [m for m, s in methods.items() if isinstance(s, dict) and isinstance(s.get("per_round_ms"), dict)]
+    parts = (("draft", "#f58518"), ("verify", "#4c78a8"), ("other", "#bab0ac"))
+    fig = go.Figure()
+    for key, color in parts:
+        fig.add_trace(go.Bar(y=names, x=[max(0.0, methods[m]["per_round_ms"][key]) for m in names], orientation="h",
+                             name=t("bench." + key, lang), marker_color=color))
+    for m in names:
+        s = methods[m]
+        total = sum(max(0.0, s["per_round_ms"][k]) for k, _ in parts)
+        tau = s.get("tau") or 1.0
+        fig.add_annotation(x=total, y=m, xanchor="left", showarrow=False,
+                           text=f"  tau {tau:.2f} · {s.get('tokens_per_s', 0):.1f} {t('bench.tok_s', lang)}")
+    fig.update_layout(barmode="stack", height=70 + 34 * max(1, len(names)), margin=dict(l=10, r=150, t=50, b=10),
+                      xaxis=dict(title=t("bench.ms_round", lang)), legend=LEGEND_TOP)
+    return fig
+
+
 def samples_hist_figure(labels: list[str], counts: dict[str, list[float]], lang: str = "en", expected: list[float] | None = None) -> go.Figure:
     """Side-by-side frequencies of sampled outcomes per sampler (counts normalised), with the
     exact target probabilities as markers when given."""
