@@ -197,6 +197,8 @@ def collect_profile(target, method: str, prompts: list, max_new_tokens: int = 96
             cont = gen[s : s + horizon]
             if len(cont) < horizon and not ended:
                 continue  # the continuation past the budget is unknown
+            if dynamic and tree.candidates is None:
+                continue  # a root-only tree (nothing to condition on yet)
             samples += 1
             if dynamic:
                 a = dynamic_accepts(tree.candidates, cont, MAX_DEPTH, n_max)
