@@ -581,15 +581,13 @@ def _apply_tuned() -> None:
     ss = st.session_state
     m = ss.get("method")
     try:
-        from .heads.io import shipped_head_dir
-        from .methods import head_method
         from .tuning import tuned_tree
 
         target = get_target()
         if target is None:
             return
         with st.spinner(tr("sb.tune_measuring")), heavy_work():
-            best = tuned_tree(target, m, shipped_head_dir(target.model.name, head_method(m)))
+            best = tuned_tree(target, m)
     except (SpecVizError, OSError, ValueError) as e:
         ss["tune_msg"] = (m, "warn", str(e))
         return

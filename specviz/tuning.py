@@ -172,7 +172,6 @@ def collect_profile(target, method: str, prompts: list, max_new_tokens: int = 96
     from .drafters.eagle import EagleDrafter
     from .engine import SpeculativeDecoder
     from .methods import make_drafter
-    from .tree import static_tree_shape
 
     inner = make_drafter(method, target, tree_size="paper")
     dynamic = isinstance(inner, EagleDrafter) and inner.tree_kind == "dynamic"
@@ -181,6 +180,7 @@ def collect_profile(target, method: str, prompts: list, max_new_tokens: int = 96
         acc_sum = [[0] * n_max for _ in range(MAX_DEPTH)]
     else:
         paths = inner.static_tree if isinstance(inner, EagleDrafter) else inner.tree
+        # node k of a static tree is the k-th path in (length, path) order (tree.static_tree_shape)
         paths = sorted((list(p) for p in paths), key=lambda p: (len(p), p))
         count = [0] * (len(paths) + 1)
     rec = _Recorder(inner)
@@ -222,8 +222,6 @@ def collect_profile(target, method: str, prompts: list, max_new_tokens: int = 96
     tau = [1.0]
     for i in order:
         tau.append(round(tau[-1] + count[i] / samples, 4))
-    # static_tree_shape numbers nodes in the same (length, path) order as `paths`
-    assert len(static_tree_shape(paths)) == len(paths)
     return dict(base, kind="static", paths=[paths[i - 1] for i in order], tau=tau)
 
 
@@ -247,8 +245,9 @@ def save_profile(head_dir, profile: dict) -> Path:
 
 # ----------------------------------------------------------------------------- drafting costs
 @torch.no_grad()
-def _draft_and_overhead(target, drafter, configure, configs, repeats: int = 3) -> tuple[dict, float]:
-    """Median seconds of one `propose` per config, and the engine's fixed cost per round."""
+def _draft_and_overhead(target, drafter, configure, configs, forward: dict, repeats: int = 3) -> tuple[dict, float]:
+    """Median seconds of one `propose` per config, and the engine's fixed cost per round (round
+    time minus drafting minus the measured `forward` curve)."""
     from .engine import SpeculativeDecoder
     from .examples import EXAMPLE_PROMPTS
     from .sampling import SamplingParams
@@ -256,12 +255,7 @@ def _draft_and_overhead(target, drafter, configure, configs, repeats: int = 3) -
     dec = SpeculativeDecoder(target, drafter, seed=0, detail=False)
     dec.start(EXAMPLE_PROMPTS[0], 64)
     rounds = [dec.step() for _ in range(3)]  # steady state: a few accepted tokens pending
-    fwd = {}
-    overhead = []
-    for r in rounds[1:]:
-        n = len(r.nodes)
-        fwd.setdefault(n, forward_curve(target.model, (n,), context=dec.cache.length, repeats=2)[n])
-        overhead.append(max(0.0, r.total_time_s - r.draft_time_s - fwd[n]))
+    overhead = [max(0.0, r.total_time_s - r.draft_time_s - interpolate(forward, len(r.nodes))) for r in rounds[1:]]
     params = SamplingParams()
     out = {}
     for cfg in configs:
@@ -320,7 +314,7 @@ def device_costs(target, method: str, profile: dict, remeasure: bool = False, lo
                 setattr(drafter, attr, profile["paths"][: n - 1])
 
             configs = list(range(2, len(profile["paths"]) + 2))
-        costs, overhead = _draft_and_overhead(target, drafter, configure, configs)
+        costs, overhead = _draft_and_overhead(target, drafter, configure, configs, data["forward"])
         data[key] = {str(k): v for k, v in costs.items()}
         data.setdefault("overhead", overhead)
         changed = True
@@ -349,8 +343,14 @@ def rank_trees(profile: dict, costs: dict, method: str) -> list[dict]:
     return sorted(out, key=lambda r: -r["tok_s"])
 
 
-def tuned_tree(target, method: str, head_dir, log=None) -> dict | None:
-    """The best tree for `method` here, or None when the head ships no profile."""
+def tuned_tree(target, method: str, head_dir=None, log=None) -> dict | None:
+    """The best tree for `method` here (head folder: the shipped one by default), or None when
+    the head ships no profile."""
+    if head_dir is None:
+        from .heads.io import shipped_head_dir
+        from .methods import head_method
+
+        head_dir = shipped_head_dir(target.model.name, head_method(method))
     profile = load_profile(head_dir, method)
     if profile is None:
         return None
@@ -363,6 +363,14 @@ def tuned_tree(target, method: str, head_dir, log=None) -> dict | None:
     else:
         best["top_k"] = profile["top_k"]  # the candidates were ranked with this many children per node
     return best
+
+
+def tree_for(target, method: str, head_dir, tree_size) -> dict | None:
+    """What a drafter factory uses: the tuned tree for `tree_size="auto"`, None for the papers'
+    fixed trees (or when `target` is a bare model without the engine's tokenizer)."""
+    if tree_size != "auto" or not hasattr(target, "tokenizer"):
+        return None
+    return tuned_tree(target, method, head_dir)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -408,10 +416,9 @@ def main(argv=None) -> int:
             if args.remeasure:
                 _cost_file(target.model).unlink(missing_ok=True)
             for m in args.methods.split(","):
-                head_dir = shipped_head_dir(target.model.name, head_method(m))
-                best = tuned_tree(target, m, head_dir, log=lambda s: print(s, file=sys.stderr))
+                best = tuned_tree(target, m, log=lambda s: print(s, file=sys.stderr))
                 if best is None:
-                    print(f"{m}: no {PROFILE_FILE} in {head_dir}; run `python -m specviz.tuning profile` first")
+                    print(f"{m}: no {PROFILE_FILE} for the shipped head; run `python -m specviz.tuning profile` first")
                     continue
                 shape = f"depth {best['depth']}, " if "depth" in best else ""
                 print(f"{m}: best {shape}{best['total_tokens']} nodes: expected tau {best['tau']:.2f}, "

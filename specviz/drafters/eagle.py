@@ -23,6 +23,7 @@ from ..heads.io import load_head, shipped_head_dir
 from ..heads.layers import HeadCache
 from ..sampling import SamplingParams, warp_logits
 from ..tree import EAGLE1_TREE, DraftTree, build_dynamic_tree, build_static_tree
+from ..tuning import tree_for
 from .base import Drafter
 
 
@@ -148,19 +149,10 @@ def _load(target, method: str, head_dir=None):
     return load_head(folder, target=model, dtype=model.dtype), model, folder
 
 
-def tuned(target, method: str, folder, tree_size) -> dict | None:
-    """The device-tuned tree (`tree_size="auto"`), or None for the papers' fixed trees."""
-    if tree_size != "auto" or not hasattr(target, "tokenizer"):
-        return None
-    from ..tuning import tuned_tree
-
-    return tuned_tree(target, method, folder)
-
-
 def make_eagle1(target, head_dir=None, static_tree=None, tree_size="auto", **kw):
     """EAGLE-1's static tree; by default the subset of it that pays best on this device."""
     head, model, folder = _load(target, "eagle1", head_dir)
-    best = None if static_tree else tuned(target, "eagle1", folder, tree_size)
+    best = None if static_tree else tree_for(target, "eagle1", folder, tree_size)
     d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=best["paths"] if best else static_tree)
     d.tuning = best
     return d
@@ -168,7 +160,7 @@ def make_eagle1(target, head_dir=None, static_tree=None, tree_size="auto", **kw)
 
 def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_tokens, tree_size, paper_depth):
     head, model, folder = _load(target, head_method, head_dir)
-    best = None if (depth or total_tokens) else tuned(target, name, folder, tree_size)
+    best = None if (depth or total_tokens) else tree_for(target, name, folder, tree_size)
     if best:
         depth, total_tokens, top_k = best["depth"], best["total_tokens"], best["top_k"]
     d = EagleDrafter(head, model, name=name, tree="dynamic", depth=depth or paper_depth, top_k=top_k,

@@ -16,6 +16,7 @@ from .. import SpecVizError
 from ..heads.io import load_head, shipped_head_dir
 from ..sampling import warp_logits
 from ..tree import EAGLE1_TREE, DraftTree, build_static_tree
+from ..tuning import tree_for
 from .base import Drafter
 
 
@@ -71,11 +72,7 @@ def make_drafter(target, head_dir=None, tree=None, tree_size="auto", **kw):
         raise SpecVizError(f"No Medusa heads for {model.name} (looked in {folder}); train them with "
                            "`python -m specviz.train medusa`.")
     heads = load_head(folder, target=model, dtype=model.dtype)
-    best = None
-    if tree is None:
-        from .eagle import tuned
-
-        best = tuned(target, "medusa", folder, tree_size)
+    best = None if tree is not None else tree_for(target, "medusa", folder, tree_size)
     d = MedusaDrafter(heads, model, tree=best["paths"] if best else tree)
     d.tuning = best
     return d
