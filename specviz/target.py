@@ -83,6 +83,13 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+BLOCK_MAX_ROWS = 24  # passes with more rows (prefill, big trees) use the dense matmul
+
+
+def _linear(x, dense, blocks, lib, bias=None):
+    return blocks.matmul(x, lib) if blocks is not None else F.linear(x, dense, bias)
+
+
 class Layer:
     __slots__ = ("attn_norm", "wqkv", "bqkv", "wo", "mlp_norm", "w13", "w2")
 
@@ -122,6 +129,22 @@ class TargetModel:
         self.inv_freq = rope_inv_freq(cfg).to(self.device)
         self.q_dim = cfg.n_heads * cfg.head_dim
         self.kv_dim = cfg.n_kv_heads * cfg.head_dim
+        # Optional GGUF block weights (see blockweights.py), used for passes of few tokens.
+        self.blocks = None
+        self.lm_head_blocks = None
+        self.block_max_rows = BLOCK_MAX_ROWS
+        self.kernel_note = "dense weights"
+        self._lib = None
+
+    def use_block_weights(self, gguf_path) -> bool:
+        """Multiply short passes straight from the GGUF's blocks (same weights, 6x fewer bytes)."""
+        from . import qkernel
+        from .blockweights import attach_blocks
+
+        why = attach_blocks(self, gguf_path)
+        self._lib = qkernel.library() if why is None else None
+        self.kernel_note = "GGUF block weights (fp32 compute)" if why is None else f"dense weights ({why})"
+        return why is None
 
     # ------------------------------------------------------------------ helpers
     def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
@@ -193,12 +216,14 @@ class TargetModel:
         mask, causal = self._mask(cache, B, T, tree_mask)
         nh, nkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         out_taps = {}
+        lib = self._lib if self.blocks is not None and B * T <= self.block_max_rows else None
         x = F.embedding(tokens, self.embed)
         for i, layer in enumerate(self.layers):
+            lb = self.blocks[i] if lib is not None else None
             if i in taps:
                 out_taps[i] = x
             h = rms_norm(x, layer.attn_norm, cfg.rms_eps)
-            qkv = F.linear(h, layer.wqkv, layer.bqkv)
+            qkv = _linear(h, layer.wqkv, lb and lb.wqkv, lib, layer.bqkv)
             q, k, v = qkv.split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
             q = q.view(B, T, nh, hd).transpose(1, 2)
             k = k.view(B, T, nkv, hd).transpose(1, 2)
@@ -210,10 +235,10 @@ class TargetModel:
             keys = cache.k[i, :, :, : L + T]
             vals = cache.v[i, :, :, : L + T]
             a = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, is_causal=causal, enable_gqa=nkv != nh)
-            x = x + F.linear(a.transpose(1, 2).reshape(B, T, self.q_dim), layer.wo)
+            x = x + _linear(a.transpose(1, 2).reshape(B, T, self.q_dim), layer.wo, lb and lb.wo, lib)
             h = rms_norm(x, layer.mlp_norm, cfg.rms_eps)
-            gate, up = F.linear(h, layer.w13).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer.w2)
+            gate, up = _linear(h, layer.w13, lb and lb.w13, lib).chunk(2, dim=-1)
+            x = x + _linear(F.silu(gate) * up, layer.w2, lb and lb.w2, lib)
         x = rms_norm(x, self.norm, cfg.rms_eps)
         if "final" in taps:
             out_taps["final"] = x
@@ -222,20 +247,32 @@ class TargetModel:
         elif last_only:
             x = x[:, -1:]
         cache.pending = T
-        return ForwardOut(logits=F.linear(x, self.lm_head).float(), taps=out_taps)
+        return ForwardOut(logits=self.logits(x), taps=out_taps)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The LM head (fp32 out); from the GGUF blocks when there are few rows."""
+        rows = x.numel() // x.shape[-1]
+        if self.lm_head_blocks is not None and rows <= self.block_max_rows:
+            return self.lm_head_blocks.matmul(x, self._lib)
+        return F.linear(x, self.lm_head).float()
 
     __call__ = forward
 
 
-def load_target(spec=None, dtype=torch.float32, device=None, progress=None) -> "Target":
-    """Load a checkpoint (default: SmolLM2) into the runtime together with its tokenizer."""
-    from .loading import load_checkpoint
+def load_target(spec=None, dtype=torch.float32, device=None, progress=None, block_weights: bool = True) -> "Target":
+    """Load a checkpoint (default: SmolLM2) into the runtime together with its tokenizer.
+
+    The default model in fp32 on CPU also keeps its GGUF blocks for short passes (`block_weights`).
+    """
+    from .loading import DEFAULT_MODEL, default_gguf_path, load_checkpoint
     from .tokenizer import ChatTokenizer
 
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     ck = load_checkpoint(spec, progress=progress)
     model = TargetModel(ck.config, ck.state_dict, dtype=dtype, device=device, name=ck.name)
+    if block_weights and ck.name == DEFAULT_MODEL and model.dtype == torch.float32 and model.device.type == "cpu":
+        model.use_block_weights(default_gguf_path())
     return Target(model=model, tokenizer=ChatTokenizer(ck.folder), folder=ck.folder)
 
 

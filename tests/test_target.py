@@ -8,7 +8,10 @@ import torch
 from specviz.target import TargetModel
 from specviz.tree import DraftTree
 
-TOL = 1e-4
+# fp32 logits of ~20-30 in size; the runtime sums dot products in another order than HF (MKL for long
+# passes, the GGUF-block kernel for short ones), which moves them by a few 1e-5. A wrong mask, position
+# or weight moves them by whole units.
+TOL = 2.5e-4
 
 
 def hf_logits(hf, ids):

@@ -1,0 +1,174 @@
+"""Weights kept in their GGUF blocks (Q4_1, Q8_0) and multiplied in fp32 by the compiled kernel.
+
+The dense fp32 model that transformers builds from the GGUF has exactly the weights d*q (+ m) of
+these blocks; `attach_blocks` checks that bit for bit, matrix by matrix, before it lets the target
+use them, so the model is the same and only the order of the additions inside a dot product
+changes (as it already does between matmul kernels). Long passes (prefill) keep the dense matmul.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import qkernel
+
+BLOCK = 32
+
+
+@dataclass
+class BlockWeight:
+    """One [N, K] weight matrix as GGUF blocks. q4_1: qs [N, K/32, 16] uint8, scales [N, K/32, 2] (d, m);
+    q8_0: qs [N, K/32, 32] int8, scales [N, K/32] (d)."""
+
+    kind: str
+    qs: torch.Tensor
+    scales: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.qs.shape[0], self.qs.shape[1] * BLOCK
+
+    def dequantize(self) -> torch.Tensor:
+        """The dense fp32 matrix, rounded the way gguf-py rounds it (d*q, then + m)."""
+        n, k = self.shape
+        if self.kind == "q4_1":
+            q = torch.cat([self.qs & 15, self.qs >> 4], dim=-1).float()
+            w = self.scales[..., :1] * q + self.scales[..., 1:]
+        else:
+            w = self.scales[..., None] * self.qs.float()
+        return w.reshape(n, k)
+
+    def rows(self, index) -> "BlockWeight":
+        index = torch.as_tensor(index, dtype=torch.long)
+        return BlockWeight(self.kind, self.qs[index].contiguous(), self.scales[index].contiguous())
+
+    @staticmethod
+    def stack(parts: list["BlockWeight"]) -> "BlockWeight":
+        """Rows of several matrices, one under the other (the fused q/k/v and gate/up projections)."""
+        kinds = {p.kind for p in parts}
+        if len(kinds) != 1:
+            raise ValueError(f"cannot fuse matrices of kinds {sorted(kinds)}")
+        return BlockWeight(parts[0].kind, torch.cat([p.qs for p in parts]).contiguous(),
+                           torch.cat([p.scales for p in parts]).contiguous())
+
+    def matmul(self, x: torch.Tensor, lib=None) -> torch.Tensor:
+        """x [..., K] fp32 -> x @ W^T [..., N]."""
+        lib = lib or qkernel.library()
+        n, k = self.shape
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, k).contiguous()
+        y = torch.empty(x2.shape[0], n, dtype=torch.float32)
+        fn = lib.q4_1_mm if self.kind == "q4_1" else lib.q8_0_mm
+        fn(x2.data_ptr(), x2.shape[0], k, self.qs.data_ptr(), self.scales.data_ptr(), n, y.data_ptr(),
+           torch.get_num_threads())
+        return y.view(*lead, n)
+
+
+def _from_gguf_tensor(t) -> BlockWeight | None:
+    """Our BlockWeight from a gguf-py ReaderTensor, or None for a type we keep dense."""
+    kind = t.tensor_type.name
+    raw = np.asarray(t.data)
+    n = raw.shape[0]
+    if kind == "Q4_1":
+        b = raw.reshape(n, -1, 20)
+        d = b[..., 0:2].copy().view(np.float16).astype(np.float32)
+        m = b[..., 2:4].copy().view(np.float16).astype(np.float32)
+        return BlockWeight("q4_1", torch.from_numpy(b[..., 4:].copy()),
+                           torch.from_numpy(np.concatenate([d, m], axis=-1)))
+    if kind == "Q8_0":
+        b = raw.reshape(n, -1, 34)
+        d = b[..., 0:2].copy().view(np.float16).astype(np.float32)[..., 0]
+        return BlockWeight("q8_0", torch.from_numpy(b[..., 2:].copy().view(np.int8)), torch.from_numpy(d))
+    return None
+
+
+def read_gguf_blocks(path: Path) -> dict[str, BlockWeight]:
+    """Every Q4_1 / Q8_0 matrix of a GGUF file, by GGUF tensor name."""
+    from gguf import GGUFReader
+
+    out = {}
+    for t in GGUFReader(str(path)).tensors:
+        bw = _from_gguf_tensor(t)
+        if bw is not None:
+            out[t.name] = bw
+    return out
+
+
+def _head_orders(n_rows: int, heads: list[int]) -> list[torch.Tensor]:
+    """Row orders to try for q/k: as stored, or undoing llama.cpp's rotary permutation for each head count."""
+    orders = [torch.arange(n_rows)]
+    for h in heads:
+        if h and n_rows % (2 * h) == 0:
+            half = n_rows // h // 2
+            orders.append(torch.arange(n_rows).reshape(h, half, 2).transpose(1, 2).reshape(-1))  # transformers' unpermute
+            orders.append(torch.arange(n_rows).reshape(h, 2, half).transpose(1, 2).reshape(-1))
+    return orders
+
+
+def _match(bw: BlockWeight, dense: torch.Tensor, orders=None) -> BlockWeight | None:
+    """bw reordered so it equals `dense` bit for bit, or None."""
+    if bw.shape != tuple(dense.shape):
+        return None
+    for order in orders or [None]:
+        cand = bw if order is None else bw.rows(order)
+        if torch.equal(cand.dequantize(), dense):
+            return cand
+    return None
+
+
+@dataclass
+class LayerBlocks:
+    wqkv: BlockWeight
+    wo: BlockWeight
+    w13: BlockWeight
+    w2: BlockWeight
+
+
+def attach_blocks(model, gguf_path: Path) -> str | None:
+    """Give `model` (a fp32 CPU TargetModel) the GGUF's block weights; returns why not, or None on success."""
+    if model.dtype != torch.float32 or model.device.type != "cpu":
+        return "block weights serve fp32 on CPU only"
+    lib = qkernel.library()
+    if lib is None:
+        return f"kernel unavailable: {qkernel.error() or 'disabled by SPECVIZ_KERNEL=0'}"
+    cfg = model.cfg
+    try:
+        blocks = read_gguf_blocks(gguf_path)
+    except Exception as e:
+        return f"cannot read {gguf_path.name}: {e}"
+    layers = []
+    with torch.inference_mode():
+        for i, L in enumerate(model.layers):
+            if L.bqkv is not None:
+                return "attention biases are not supported by the block kernel"
+            p = f"blk.{i}."
+            names = ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]
+            if any(p + n + ".weight" not in blocks for n in names):
+                return f"layer {i} is not stored as Q4_1/Q8_0 blocks"
+            get = {n: blocks[p + n + ".weight"] for n in names}
+            q_rows, kv_rows = model.q_dim, model.kv_dim
+            dense_q, dense_k, dense_v = L.wqkv.split([q_rows, kv_rows, kv_rows])
+            q = _match(get["attn_q"], dense_q, _head_orders(q_rows, [cfg.n_heads]))
+            k = _match(get["attn_k"], dense_k, _head_orders(kv_rows, [cfg.n_kv_heads, cfg.n_heads]))
+            v = _match(get["attn_v"], dense_v)
+            gate_rows = L.w13.shape[0] // 2
+            gate = _match(get["ffn_gate"], L.w13[:gate_rows])
+            up = _match(get["ffn_up"], L.w13[gate_rows:])
+            wo = _match(get["attn_output"], L.wo)
+            w2 = _match(get["ffn_down"], L.w2)
+            if None in (q, k, v, gate, up, wo, w2):
+                return f"layer {i}: the GGUF blocks do not reproduce the loaded weights exactly"
+            try:
+                layers.append(LayerBlocks(BlockWeight.stack([q, k, v]), wo, BlockWeight.stack([gate, up]), w2))
+            except ValueError as e:
+                return f"layer {i}: {e}"
+        head_name = "output.weight" if "output.weight" in blocks else "token_embd.weight"
+        head = blocks.get(head_name)
+        head = _match(head, model.lm_head) if head is not None else None
+    model.blocks = layers
+    model.lm_head_blocks = head  # None: the LM head stays dense
+    return None

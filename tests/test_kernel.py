@@ -1,0 +1,83 @@
+"""The GGUF-block matmul kernel: same numbers as the dense fp32 weights, in both of its C++ paths."""
+
+import copy
+
+import pytest
+import torch
+
+from specviz import qkernel
+from specviz.blockweights import BlockWeight, _head_orders, _match
+
+
+def random_blocks(kind: str, n: int, k: int, seed: int) -> BlockWeight:
+    g = torch.Generator().manual_seed(seed)
+    nb = k // 32
+    if kind == "q4_1":
+        qs = torch.randint(0, 256, (n, nb, 16), generator=g, dtype=torch.uint8)
+        scales = torch.stack([torch.rand(n, nb, generator=g) * 0.02, torch.randn(n, nb, generator=g) * 0.1], -1)
+        # fp16-representable, like the GGUF's own scales
+        return BlockWeight(kind, qs, scales.half().float().contiguous())
+    qs = torch.randint(-128, 128, (n, nb, 32), generator=g, dtype=torch.int8)
+    return BlockWeight(kind, qs, (torch.rand(n, nb, generator=g) * 0.01).half().float())
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["native", "portable"])
+def lib(request):
+    lib = qkernel.library(native=request.param)
+    assert lib is not None, qkernel.error(request.param)
+    if request.param is False:
+        assert lib.blockmm_has_avx512() == 0  # the portable path really is the other code path
+    return lib
+
+
+@pytest.mark.parametrize("kind", ["q4_1", "q8_0"])
+@pytest.mark.parametrize("tokens", [1, 3, 8, 11])
+def test_matmul_equals_dense(lib, kind, tokens):
+    bw = random_blocks(kind, 70, 96, seed=tokens)
+    x = torch.randn(1, tokens, 96, generator=torch.Generator().manual_seed(1))
+    ref = (x.double() @ bw.dequantize().double().T).float()
+    got = bw.matmul(x, lib)
+    assert got.shape == (1, tokens, 70)
+    assert (got - ref).abs().max().item() < 1e-5 * max(1.0, ref.abs().max().item())
+
+
+def test_a_token_scores_the_same_alone_or_in_a_pass(lib):
+    """Each (row, token) dot product is summed in one fixed order, whatever the pass length."""
+    bw = random_blocks("q4_1", 50, 576, seed=3)
+    x = torch.randn(11, 576)
+    together = bw.matmul(x, lib)
+    alone = torch.cat([bw.matmul(x[i : i + 1], lib) for i in range(11)])
+    assert torch.equal(together, alone)
+
+
+def test_dequantize_matches_gguf_rounding():
+    """w = d*q + m with two fp32 roundings, as gguf-py computes it (not one fused multiply-add)."""
+    bw = random_blocks("q4_1", 4, 32, seed=5)
+    q = torch.cat([bw.qs & 15, bw.qs >> 4], -1).float()
+    expect = (bw.scales[..., :1] * q + bw.scales[..., 1:]).reshape(4, 32)
+    assert torch.equal(bw.dequantize(), expect)
+
+
+def test_match_finds_row_order_and_refuses_other_weights():
+    bw = random_blocks("q4_1", 24, 64, seed=7)
+    dense = bw.dequantize()
+    order = _head_orders(24, [3])[1]
+    permuted = dense[order]
+    found = _match(bw, permuted, _head_orders(24, [3]))
+    assert found is not None and torch.equal(found.dequantize(), permuted)
+    off = dense.clone()
+    off[5, 9] = torch.nextafter(off[5, 9], torch.tensor(1e9))  # one ulp in one weight
+    assert _match(bw, off) is None
+
+
+def test_default_target_uses_block_weights(target):
+    assert target.model.kernel_note.startswith("GGUF block weights"), target.model.kernel_note
+    assert len(target.model.blocks) == target.cfg.n_layers and target.model.lm_head_blocks is not None
+
+
+def test_disabled_kernel_keeps_dense_weights(target, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_KERNEL", "0")
+    model = copy.copy(target.model)
+    model.blocks = model.lm_head_blocks = None
+    assert model.use_block_weights("unused.gguf") is False
+    assert "SPECVIZ_KERNEL=0" in model.kernel_note and model.blocks is None
