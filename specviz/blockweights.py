@@ -28,9 +28,14 @@ class BlockWeight:
     qs: torch.Tensor
     scales: torch.Tensor
 
+    def __post_init__(self):
+        self.qs, self.scales = self.qs.contiguous(), self.scales.contiguous()
+        self.n, self.k = self.qs.shape[0], self.qs.shape[1] * BLOCK
+        self._ptrs = (self.qs.data_ptr(), self.scales.data_ptr())  # the tensors live as long as self
+
     @property
     def shape(self) -> tuple[int, int]:
-        return self.qs.shape[0], self.qs.shape[1] * BLOCK
+        return self.n, self.k
 
     def dequantize(self) -> torch.Tensor:
         """The dense fp32 matrix, rounded the way gguf-py rounds it (d*q, then + m)."""
@@ -58,14 +63,59 @@ class BlockWeight:
     def matmul(self, x: torch.Tensor, lib=None) -> torch.Tensor:
         """x [..., K] fp32 -> x @ W^T [..., N]."""
         lib = lib or qkernel.library()
-        n, k = self.shape
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, k).contiguous()
-        y = torch.empty(x2.shape[0], n, dtype=torch.float32)
+        n, k = self.n, self.k
+        x2 = x.reshape(-1, k)
+        if not x2.is_contiguous() or x2.dtype != torch.float32:
+            x2 = x2.float().contiguous()
+        rows = x2.shape[0]
+        y = torch.empty(rows, n, dtype=torch.float32)
         fn = lib.q4_1_mm if self.kind == "q4_1" else lib.q8_0_mm
-        fn(x2.data_ptr(), x2.shape[0], k, self.qs.data_ptr(), self.scales.data_ptr(), n, y.data_ptr(),
-           torch.get_num_threads())
-        return y.view(*lead, n)
+        fn(x2.data_ptr(), rows, k, self._ptrs[0], self._ptrs[1], n, y.data_ptr(), torch.get_num_threads())
+        return y.view(*x.shape[:-1], n)
+
+
+def quantize_q8_0(w: torch.Tensor) -> BlockWeight:
+    """Round a dense [N, K] matrix to Q8_0 blocks (int8 with one fp16-representable scale per 32)."""
+    n, k = w.shape
+    b = w.detach().float().reshape(n, k // BLOCK, BLOCK)
+    d = (b.abs().amax(-1) / 127).half().float()
+    safe = torch.where(d > 0, d, torch.ones_like(d))
+    q = (b / safe[..., None]).round().clamp(-127, 127).to(torch.int8)
+    return BlockWeight("q8_0", q, d)
+
+
+MAX_BLOCK_ROWS = 24  # longer inputs (prefill, training) keep the dense matmul
+
+
+def speed_up_linears(module: torch.nn.Module) -> int:
+    """Let a draft head's nn.Linear layers run short fp32 inputs through Q8_0 copies of their weights.
+
+    For drafters only: their weights decide what is proposed, never what is accepted, so rounding
+    them to Q8_0 cannot change the output, only (by a hair) how often a guess is right. The
+    module's parameters and state dict stay as they are. Returns how many layers were changed.
+    """
+    lib = qkernel.library()
+    if lib is None:
+        return 0
+    count = 0
+    for lin in module.modules():
+        if not isinstance(lin, torch.nn.Linear) or lin.in_features % BLOCK or lin.weight.dtype != torch.float32:
+            continue
+        if lin.weight.device.type != "cpu" or "forward" in vars(lin):
+            continue
+        blocks = quantize_q8_0(lin.weight)
+
+        def forward(x, lin=lin, blocks=blocks, dense=lin.forward):
+            training = torch.is_grad_enabled() and (x.requires_grad or lin.weight.requires_grad)
+            if training or x.dtype != torch.float32 or x.numel() > MAX_BLOCK_ROWS * x.shape[-1]:
+                return dense(x)
+            y = blocks.matmul(x, lib)
+            return y if lin.bias is None else y + lin.bias
+
+        lin.forward = forward
+        lin.block_weights = blocks
+        count += 1
+    return count
 
 
 def _from_gguf_tensor(t) -> BlockWeight | None:

@@ -146,6 +146,24 @@ class TargetModel:
         self.kernel_note = "GGUF block weights (fp32 compute)" if why is None else f"dense weights ({why})"
         return why is None
 
+    def use_rounded_blocks(self) -> bool:
+        """For draft models only: Q8_0 copies of the dense weights for short passes. A drafter's
+        weights change what it guesses, never what the target accepts, so rounding them is safe."""
+        from . import qkernel
+        from .blockweights import LayerBlocks, quantize_q8_0
+
+        lib = qkernel.library()
+        mats = [w for L in self.layers for w in (L.wqkv, L.wo, L.w13, L.w2)] + [self.lm_head]
+        if lib is None or self.dtype != torch.float32 or self.device.type != "cpu" or any(w.shape[1] % 32 for w in mats):
+            return False
+        if any(L.bqkv is not None for L in self.layers):
+            return False
+        self.blocks = [LayerBlocks(*(quantize_q8_0(w) for w in (L.wqkv, L.wo, L.w13, L.w2))) for L in self.layers]
+        self.lm_head_blocks = quantize_q8_0(self.lm_head)
+        self._lib = lib
+        self.kernel_note = "Q8_0 copies of the weights (draft model)"
+        return True
+
     # ------------------------------------------------------------------ helpers
     def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
         return KVCache(self.cfg, max_len, batch, self.dtype, self.device)

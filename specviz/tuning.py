@@ -55,10 +55,12 @@ def machine() -> dict:
 
 
 def device_key(model) -> str:
-    """One file name per (device, thread count, precision, model): costs differ across all four."""
+    """One file name per (device, thread count, precision and kernel, model): costs differ across all four."""
     m = machine()
     dev = m["cuda"] if model.device.type == "cuda" else f"{m['cpu']}-t{m['threads']}"
     dtype = str(model.dtype).replace("torch.", "")
+    if getattr(model, "blocks", None) is not None:  # GGUF-block kernel: a different cost curve
+        dtype += "-blocks"
     return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{model.name}-{dtype}-{dev}")[:150]
 
 

@@ -81,3 +81,22 @@ def test_disabled_kernel_keeps_dense_weights(target, monkeypatch):
     model.blocks = model.lm_head_blocks = None
     assert model.use_block_weights("unused.gguf") is False
     assert "SPECVIZ_KERNEL=0" in model.kernel_note and model.blocks is None
+
+
+def test_speed_up_linears_rounds_weights_only_for_short_inference_inputs():
+    from specviz.blockweights import speed_up_linears
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.SiLU(), torch.nn.Linear(48, 40, bias=False))
+    keys = set(net.state_dict())
+    x = torch.randn(3, 64)
+    ref = net(x).detach()
+    assert speed_up_linears(net) == 1  # 48 inputs is not a multiple of 32: that layer stays dense
+    assert set(net.state_dict()) == keys
+    with torch.no_grad():
+        fast = net(x)
+    assert not torch.equal(fast, ref)  # the Q8_0 path really ran
+    assert (fast - ref).abs().max().item() < 0.02 * ref.abs().max().item()
+    assert torch.equal(net(x), ref)  # with gradients on (training), the dense weights serve
+    with torch.no_grad():
+        assert torch.equal(net(torch.randn(100, 64))[:0], ref[:0]) and net(torch.randn(100, 64)).shape == (100, 40)

@@ -101,6 +101,8 @@ def make_drafter(target, head_dir=None, gamma: int = 4, **kw):
         raise SpecVizError(f"No SpS draft model for {model.name} (looked in {folder}); train one with "
                            "`python -m specviz.train sps`.")
     draft = load_sps_model(folder, device=model.device, dtype=model.dtype)
+    if getattr(model, "blocks", None) is not None:  # the target runs on GGUF blocks: so does its drafter
+        draft.use_rounded_blocks()
     if draft.cfg.vocab_size != model.cfg.vocab_size:
         raise SpecVizError(
             f"The SpS draft model has a vocabulary of {draft.cfg.vocab_size} tokens, the target "

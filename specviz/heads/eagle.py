@@ -83,6 +83,13 @@ class _Eagle3Layer(nn.Module):
         self.post_attention_layernorm = RMSNorm(H, m.rms_eps)
 
 
+def lm_blocks_fit(x: torch.Tensor) -> bool:
+    """Whether the target's LM head blocks should serve these features (few fp32 rows, no gradient)."""
+    from ..blockweights import MAX_BLOCK_ROWS
+
+    return x.dtype == torch.float32 and x.numel() <= MAX_BLOCK_ROWS * x.shape[-1] and not torch.is_grad_enabled()
+
+
 class EagleHeadBase(nn.Module):
     method = "eagle"
 
@@ -93,15 +100,17 @@ class EagleHeadBase(nn.Module):
         self.rotary = Rotary(rope_inv_freq(self.m))
         self._embed = None
         self._lm_head = None
+        self._lm_blocks = None
 
     @property
     def hidden_size(self):
         return self.m.hidden_size
 
-    def bind(self, embed: torch.Tensor, lm_head: torch.Tensor | None = None):
-        """Attach the target's embedding (and LM head) without making them parameters."""
+    def bind(self, embed: torch.Tensor, lm_head: torch.Tensor | None = None, lm_head_blocks=None):
+        """Attach the target's embedding (and LM head, optionally as GGUF blocks) without making them parameters."""
         self._embed = embed
         self._lm_head = embed if lm_head is None else lm_head
+        self._lm_blocks = lm_head_blocks
         return self
 
     def embed(self, tokens):
@@ -204,6 +213,8 @@ class Eagle1Head(EagleHeadBase):
 
     def logits(self, out, vocab_ids=None):
         """Target-vocab logits of predicted features (optionally only for `vocab_ids`)."""
+        if vocab_ids is None and self._lm_blocks is not None and lm_blocks_fit(out):
+            return self._lm_blocks.matmul(out)
         w = self._lm_head if vocab_ids is None else self._lm_head[vocab_ids]
         return F.linear(out, w.to(out.dtype))
 

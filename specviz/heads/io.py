@@ -156,7 +156,11 @@ def load_head(folder, target_cfg=None, device="cpu", dtype=torch.float32, target
         head.d2t = head.d2t.long()
         head.t2d = head.t2d.bool()
     if target is not None:
-        head.bind(target.embed, target.lm_head)
+        head.bind(target.embed, target.lm_head, getattr(target, "lm_head_blocks", None))
+        if getattr(target, "blocks", None) is not None:  # the target runs on GGUF blocks: draft on Q8_0 too
+            from ..blockweights import speed_up_linears
+
+            speed_up_linears(head)
     head.eval()
     head.source = str(folder)
     return head

@@ -33,6 +33,7 @@ class MedusaHeads(nn.Module):
         n, layers = config["medusa_num_heads"], config.get("medusa_num_layers", 1)
         self.heads = nn.ModuleList([nn.Sequential(*[ResBlock(H) for _ in range(layers)]) for _ in range(n)])
         self._lm_head = None
+        self._lm_blocks = None
 
     @property
     def hidden_size(self):
@@ -42,8 +43,9 @@ class MedusaHeads(nn.Module):
     def n_heads(self):
         return len(self.heads)
 
-    def bind(self, embed, lm_head=None):
+    def bind(self, embed, lm_head=None, lm_head_blocks=None):
         self._lm_head = embed if lm_head is None else lm_head
+        self._lm_blocks = lm_head_blocks
         return self
 
     def forward(self, h):
@@ -51,6 +53,10 @@ class MedusaHeads(nn.Module):
         return torch.stack([head(h) for head in self.heads])
 
     def logits(self, feats, vocab_ids=None):
+        from .eagle import lm_blocks_fit
+
+        if vocab_ids is None and self._lm_blocks is not None and lm_blocks_fit(feats):
+            return self._lm_blocks.matmul(feats)
         w = self._lm_head if vocab_ids is None else self._lm_head[vocab_ids]
         return F.linear(feats, w.to(feats.dtype))
 
