@@ -659,15 +659,16 @@ def page_setup() -> None:
 
 
 # ---------------------------------------------------------------------- latency measurements
-def measure_forward(target, n_tokens: list[int], context: int = 128, batch: int = 1, repeats: int = 5, progress=None) -> list[dict]:
+def measure_forward(target, n_tokens: list[int], context: int = 128, batch: int = 1, repeats: int = 5, progress=None,
+                    blocks: bool = True) -> list[dict]:
     """Median wall time of one target forward of `batch` x N new tokens after a context of
     `context` tokens, for each N (the cache is rewound between repeats). Tokens are fixed
-    pseudo-random ids: latency does not depend on which tokens they are."""
+    pseudo-random ids: latency does not depend on which tokens they are. `blocks=False`: dense weights."""
     with heavy_work():
-        return _measure_forward(target, n_tokens, context, batch, repeats, progress)
+        return _measure_forward(target, n_tokens, context, batch, repeats, progress, blocks)
 
 
-def _measure_forward(target, n_tokens, context, batch, repeats, progress):
+def _measure_forward(target, n_tokens, context, batch, repeats, progress, blocks=True):
     import statistics
 
     model = target.model
@@ -685,7 +686,7 @@ def _measure_forward(target, n_tokens, context, batch, repeats, progress):
         times = []
         for r in range(repeats + 1):  # first run is a warm-up, not counted
             t0 = time.perf_counter()
-            model.forward(toks, cache)
+            model.forward(toks, cache, blocks=blocks)
             dt = time.perf_counter() - t0
             cache.truncate(context)
             if r:

@@ -258,10 +258,17 @@ S: dict[str, tuple[str, str]] = {
     "loss.outcome": ("outcome", "结果"),
     "loss.side_by_side": ("Correct rule vs this bug", "正确规则与该错误对比"),
     # ---- why it is free
-    "free.title": ("Why checking many tokens costs about as much as one", "为什么检查多个 token 的成本与检查一个差不多"),
+    "free.title": ("Why checking many tokens can cost about as much as one", "为什么检查多个 token 的成本可以与检查一个差不多"),
     "free.intro": (
-        "Decoding is limited by reading the weights from memory, not by arithmetic: a pass over N tokens reads the same weights as a pass over one. Measure it here, live, on this machine.",
-        "解码的瓶颈是从内存读取权重，而不是计算：处理 N 个 token 的一次前向与处理一个 token 读取的是同样的权重。在这里于本机实时测量。",
+        "Decoding one token at a time is usually limited by reading the weights from memory, not by arithmetic: a pass over N tokens reads the same weights as a pass over one, so the extra tokens ride along almost for free. How free depends on the hardware: measure it here, live, on this machine.",
+        "逐个 token 解码通常受限于从内存读取权重，而不是计算：处理 N 个 token 的一次前向与处理一个 token 读取的是同样的权重，多出的 token 几乎是顺带完成的。到底有多“免费”取决于硬件：在这里于本机实时测量。",
+    ),
+    "free.weights": ("Weights read by each pass", "每次前向读取的权重"),
+    "free.weights.blocks": ("GGUF 4-bit blocks (runtime default)", "GGUF 4 位块（运行时默认）"),
+    "free.weights.dense": ("dense fp32 (6x more bytes)", "稠密 fp32（字节数多 6 倍）"),
+    "free.weights_note": (
+        "Both compute the same fp32 model. With dense fp32 weights a pass is bound by memory and the curve stays flat for small N; with the GGUF's 4-bit blocks there are 6x fewer bytes to read, the first token gets much cheaper, and the multiply-adds of every extra token start to show on a CPU (on a GPU they stay hidden).",
+        "两者计算的是同一个 fp32 模型。使用稠密 fp32 权重时，前向受内存带宽限制，N 较小时曲线几乎平坦；使用 GGUF 的 4 位块时，需要读取的字节少 6 倍，第一个 token 便宜得多，而在 CPU 上每个额外 token 的乘加开销开始显现（在 GPU 上仍被掩盖）。",
     ),
     "free.measure": ("Measure forward latency", "测量前向延迟"),
     "free.grid": ("Measure batch × tokens grid", "测量 批大小 × token 数 网格"),

@@ -209,6 +209,7 @@ class TargetModel:
         taps=(),
         last_only: bool = False,
         logits_at: torch.Tensor | None = None,
+        blocks: bool = True,
     ) -> ForwardOut:
         """Run T new tokens after the committed context.
 
@@ -216,6 +217,7 @@ class TargetModel:
         tree_mask [T, T] or [B, T, T] bool, row i = which block tokens token i may see
         (default causal); taps: layer indices whose *input* to return, plus "final" for the
         normed last hidden state. The new K/V stay pending until `cache.commit`.
+        `blocks=False` forces the dense weights (to compare costs; the results agree to ~1e-5).
         """
         cfg = self.cfg
         if tokens.dim() == 1:
@@ -234,7 +236,7 @@ class TargetModel:
         mask, causal = self._mask(cache, B, T, tree_mask)
         nh, nkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         out_taps = {}
-        lib = self._lib if self.blocks is not None and B * T <= self.block_max_rows else None
+        lib = self._lib if blocks and self.blocks is not None and B * T <= self.block_max_rows else None
         x = F.embedding(tokens, self.embed)
         for i, layer in enumerate(self.layers):
             lb = self.blocks[i] if lib is not None else None
@@ -265,12 +267,12 @@ class TargetModel:
         elif last_only:
             x = x[:, -1:]
         cache.pending = T
-        return ForwardOut(logits=self.logits(x), taps=out_taps)
+        return ForwardOut(logits=self.logits(x, blocks), taps=out_taps)
 
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
+    def logits(self, x: torch.Tensor, blocks: bool = True) -> torch.Tensor:
         """The LM head (fp32 out); from the GGUF blocks when there are few rows."""
         rows = x.numel() // x.shape[-1]
-        if self.lm_head_blocks is not None and rows <= self.block_max_rows:
+        if blocks and self.lm_head_blocks is not None and rows <= self.block_max_rows:
             return self.lm_head_blocks.matmul(x, self._lib)
         return F.linear(x, self.lm_head).float()
 

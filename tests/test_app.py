@@ -164,6 +164,11 @@ def test_free_page_measures():
     ok(at)
     rows = at.session_state["free_curve"]["rows"]
     assert [r["n"] for r in rows] == [1, 2, 4, 8, 16, 32, 64] and all(r["ms"] > 0 for r in rows)
+    assert at.session_state["free_curve"]["weights"].startswith("GGUF")
+    at.radio(key="free_weights").set_value("dense").run()
+    at.button(key="free_measure").click().run()
+    ok(at)
+    assert at.session_state["free_curve"]["weights"].startswith("dense")
     at.multiselect(key="free_batches").set_value([1, 2]).run()
     at.select_slider(key="free_n").set_value(4).run()
     at.button(key="free_grid_btn").click().run()

@@ -21,13 +21,22 @@ c = st.columns(3)
 ctx = c[0].select_slider(tr("free.context"), [16, 64, 128, 256, 512], value=128, key="free_ctx")
 reps = c[1].number_input(tr("free.repeats"), 1, 20, 5, key="free_reps")
 N_LIST = [1, 2, 4, 8, 16, 32, 64]
+has_blocks = getattr(target.model, "blocks", None) is not None
+use_blocks = has_blocks and st.radio(
+    tr("free.weights"), ["blocks", "dense"], format_func=lambda k: tr(f"free.weights.{k}"), horizontal=True,
+    key="free_weights",
+) == "blocks"
+if has_blocks:
+    st.caption(tr("free.weights_note"))
 
 
 def run_curve():
     bar = st.progress(0.0)
     try:
-        st.session_state["free_curve"] = {"ctx": ctx, "rows": measure_forward(target, N_LIST, int(ctx), 1, int(reps), progress=bar.progress),
-                                          "device": device_name(), "dtype": st.session_state.get("dtype", "fp32")}
+        st.session_state["free_curve"] = {"ctx": ctx, "rows": measure_forward(target, N_LIST, int(ctx), 1, int(reps), progress=bar.progress,
+                                                                            blocks=use_blocks),
+                                          "device": device_name(), "dtype": st.session_state.get("dtype", "fp32"),
+                                          "weights": tr("free.weights.blocks" if use_blocks else "free.weights.dense")}
     except SpecVizError as e:
         st.error(tr("c.error", err=e))
     bar.empty()
@@ -45,7 +54,8 @@ if cur:
         st.warning(tr("free.noisy"))
     st.plotly_chart(fig, key="free_curve_fig", config={"displaylogo": False})
     st.caption(" · ".join(tr("free.ratio", n=r["n"], r=r["ms"] / ms[0]) for r in rows if r["n"] in (4, 16, 64)))
-    st.caption(tr("c.measured_note", device=cur["device"]) + f" · {cur['dtype']} · context {cur['ctx']}")
+    st.caption(tr("c.measured_note", device=cur["device"]) + f" · {cur['dtype']} · context {cur['ctx']}"
+               + (f" · {cur['weights']}" if cur.get("weights") else ""))
     st.dataframe(pd.DataFrame(rows).round(2), hide_index=True)
     st.download_button(tr("c.download_html"), lambda: figure_html(fig), file_name="latency_vs_tokens.html", mime="text/html", key="dl_free")
     last = st.session_state.get("last_run")
