@@ -71,8 +71,10 @@ class ForwardOut:
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm computed in fp32 exactly as Hugging Face's LlamaRMSNorm does."""
+    """RMSNorm computed in fp32 as Hugging Face's LlamaRMSNorm does (one fused op when already fp32)."""
     dtype = x.dtype
+    if dtype == torch.float32:
+        return F.rms_norm(x, w.shape, w, eps)
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return w * xf.to(dtype)
@@ -244,12 +246,10 @@ class TargetModel:
                 out_taps[i] = x
             h = rms_norm(x, layer.attn_norm, cfg.rms_eps)
             qkv = _linear(h, layer.wqkv, lb and lb.wqkv, lib, layer.bqkv)
-            q, k, v = qkv.split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
-            q = q.view(B, T, nh, hd).transpose(1, 2)
-            k = k.view(B, T, nkv, hd).transpose(1, 2)
-            v = v.view(B, T, nkv, hd).transpose(1, 2)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            qk = qkv[..., : self.q_dim + self.kv_dim].reshape(B, T, nh + nkv, hd).transpose(1, 2)
+            qk = qk * cos + rotate_half(qk) * sin  # q and k heads rotated together
+            q, k = qk[:, :nh], qk[:, nh:]
+            v = qkv[..., self.q_dim + self.kv_dim :].reshape(B, T, nkv, hd).transpose(1, 2)
             cache.k[i, :, :, L : L + T] = k
             cache.v[i, :, :, L : L + T] = v
             keys = cache.k[i, :, :, : L + T]
