@@ -194,23 +194,25 @@ def summarise(rows: list[dict]) -> dict:
 
 # ----------------------------------------------------------------------------- forward curve
 def weight_floor(model, repeats: int = 5) -> float:
-    """Seconds for the bare matrix products of one token (every weight read once, no attention)."""
+    """Seconds for the bare matrix products of one token (every weight read once, no attention),
+    with the weights the runtime uses for a one-token pass (GGUF blocks or dense)."""
+    from .target import _linear
+
+    lib = model._lib if model.blocks is not None else None
     x = torch.randn(1, model.cfg.hidden_size, dtype=model.dtype)
     times = []
     for _ in range(repeats + 1):
         t0 = time.perf_counter()
         with torch.inference_mode():
-            for L in model.layers:
-                F.linear(x, L.wqkv)
-                F.linear(x, L.wo)
-                F.linear(x, L.w13)
-                F.linear(torch.zeros(1, L.w2.shape[1], dtype=model.dtype), L.w2)
-            F.linear(x, model.lm_head)
+            for i, L in enumerate(model.layers):
+                lb = model.blocks[i] if lib is not None else None
+                _linear(x, L.wqkv, lb and lb.wqkv, lib)
+                _linear(x, L.wo, lb and lb.wo, lib)
+                _linear(x, L.w13, lb and lb.w13, lib)
+                _linear(torch.zeros(1, L.w2.shape[1], dtype=model.dtype), L.w2, lb and lb.w2, lib)
+            model.logits(x)
         times.append(time.perf_counter() - t0)
     return statistics.median(times[1:])
-
-
-import torch.nn.functional as F  # noqa: E402  (used by weight_floor)
 
 
 # ----------------------------------------------------------------------------- main
@@ -233,7 +235,8 @@ def run(args) -> dict:
     }
     for dname in args.dtype.split(","):
         dtype = DTYPES[dname]
-        target = load_target(args.model, dtype=dtype, device=args.device)
+        target = load_target(args.model, dtype=dtype, device=args.device, block_weights=args.weights == "blocks")
+        print(f"{dname}: target runs on {target.model.kernel_note}", file=sys.stderr)
         hf = load_hf(target, dtype, "hf-assisted" in methods) if set(methods) & set(HF_METHODS) else None
         runners = {m: Runner(m, target, params, hf, args.seed, tree=args.tree) for m in methods}
         for m, r in runners.items():
@@ -274,7 +277,7 @@ def run(args) -> dict:
                     s[key] = s["tokens_per_s"] / res[base]["tokens_per_s"]
                     for c, cs in s["by_category"].items():
                         cs[key] = cs["tokens_per_s"] / res[base]["by_category"][c]["tokens_per_s"]
-        entry = {"methods": res}
+        entry = {"methods": res, "weights": target.model.kernel_note}
         if args.forward_curve:
             entry["forward_ms"] = {n: 1000 * t for n, t in forward_curve(target.model).items()}
             entry["weight_floor_ms"] = 1000 * weight_floor(target.model)
@@ -300,7 +303,7 @@ def _same(a: list[int], b: list[int], eos: set[int]) -> bool:
 
 def print_table(dname: str, entry: dict) -> None:
     res = entry["methods"]
-    print(f"\n== {dname} ==")
+    print(f"\n== {dname} ({entry.get('weights', 'dense weights')}) ==")
     print(f"{'method':12} {'tok/s':>8} {'tau':>6} {'vs vanilla':>10} {'vs hf':>7} {'identical':>9}  alpha by depth")
     for m, s in res.items():
         tau = f"{s['tau']:.2f}" if s.get("tau") else "-"
@@ -336,6 +339,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=None)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--weights", default="blocks", choices=["blocks", "dense"],
+                    help="our runtime's fp32 weights: the GGUF's blocks (default) or dense like HF")
     ap.add_argument("--forward-curve", action="store_true", help="also time 1/4/16/64-token passes")
     ap.add_argument("--tree", default="auto", choices=["auto", "paper"],
                     help="EAGLE/Medusa tree size: tuned for this device (auto) or the papers' fixed trees")

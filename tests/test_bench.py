@@ -31,6 +31,7 @@ def test_bench_cli_writes_the_contracted_json(specbench_file, tmp_path, monkeypa
     rep = json.loads(out.read_text())
     assert {"settings", "machine", "date", "by_dtype"} <= set(rep)
     res = rep["by_dtype"]["fp32"]["methods"]
+    assert rep["by_dtype"]["fp32"]["weights"].startswith("GGUF block weights")  # default: the block kernel
     assert list(res) == methods.split(",")
     for m, s in res.items():
         for key in ("tau", "tokens_per_s", "speedup_vs_vanilla", "speedup_vs_hf", "alpha_by_depth", "by_category"):

@@ -140,7 +140,8 @@ with shipped:
             st.caption(" · ".join(f"{k}: {v}" for k, v in meta.items()))
         # specviz.bench nests results per precision: {"by_dtype": {"fp32": {"methods": {...}}}}
         if isinstance(data.get("by_dtype"), dict):
-            sections = [(d, e.get("methods")) for d, e in data["by_dtype"].items() if isinstance(e, dict)]
+            sections = [(f"{d} · {e['weights']}" if isinstance(e.get("weights"), str) else d, e.get("methods"))
+                        for d, e in data["by_dtype"].items() if isinstance(e, dict)]
         else:
             sections = [("", data.get("methods") or data.get("results"))]
         shown = False
