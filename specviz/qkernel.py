@@ -27,10 +27,12 @@ _errors: dict[bool, str] = {}
 
 
 def _cpu_name() -> str:
+    """CPU model and feature flags: -march=native code is only valid where both match."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "flags")):
-                return line
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        wanted = [next((ln for ln in lines if ln.startswith(k)), "") for k in ("model name", "flags")]
+        if any(wanted):
+            return "\n".join(wanted)
     except OSError:
         pass
     return platform.processor() or platform.machine()

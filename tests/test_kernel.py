@@ -100,3 +100,13 @@ def test_speed_up_linears_rounds_weights_only_for_short_inference_inputs():
     assert torch.equal(net(x), ref)  # with gradients on (training), the dense weights serve
     with torch.no_grad():
         assert torch.equal(net(torch.randn(100, 64))[:0], ref[:0]) and net(torch.randn(100, 64)).shape == (100, 40)
+
+
+def test_a_failing_compiler_is_reported_not_raised_into_the_runtime(tmp_path, monkeypatch):
+    monkeypatch.setenv("CXX", "/bin/false")
+    with pytest.raises(RuntimeError, match="failed"):
+        qkernel.build(folder=tmp_path)
+    assert not list(tmp_path.glob("*.so"))  # no half-written library left behind
+    monkeypatch.setattr(qkernel, "_loaded", {})
+    monkeypatch.setattr(qkernel, "build", lambda native=True: (_ for _ in ()).throw(RuntimeError("no compiler")))
+    assert qkernel.library() is None and "no compiler" in qkernel.error()
