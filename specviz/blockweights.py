@@ -8,6 +8,7 @@ changes (as it already does between matmul kernels). Long passes (prefill) keep 
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -176,6 +177,19 @@ class LayerBlocks:
     wo: BlockWeight
     w13: BlockWeight
     w2: BlockWeight
+    args: object = None  # qkernel.LayerArgs for the fused one-call layer, set by `layer_args`
+
+    def layer_args(self, layer, cfg) -> "qkernel.LayerArgs":
+        """The C struct the fused layer kernel reads (pointers into tensors this object keeps alive)."""
+        def mat(b: BlockWeight):
+            return qkernel.Mat(0 if b.kind == "q4_1" else 1, b._ptrs[0], b._ptrs[1], b.n, b.k)
+
+        self._norms = (layer.attn_norm.contiguous(), layer.mlp_norm.contiguous())
+        self.args = qkernel.LayerArgs(mat(self.wqkv), mat(self.wo), mat(self.w13), mat(self.w2),
+                                      self._norms[0].data_ptr(), self._norms[1].data_ptr(), float(cfg.rms_eps),
+                                      cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, self.w2.k)
+        self.args_ref = ctypes.byref(self.args)
+        return self.args
 
 
 def attach_blocks(model, gguf_path: Path) -> str | None:

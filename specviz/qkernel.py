@@ -88,11 +88,29 @@ def library(native: bool = True):
                 fn.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr, ctypes.c_int]
                 fn.restype = None
             lib.blockmm_has_avx512.restype = ctypes.c_int
+            lib.layer_forward.argtypes = [ptr, ptr, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, ptr, ctypes.c_int]
+            lib.layer_forward.restype = None
         except Exception as e:  # no compiler, read-only cache, ...: fall back to dense weights
             _errors[native] = str(e)
             lib = None
         _loaded[native] = lib
         return lib
+
+
+class Mat(ctypes.Structure):
+    """Mirror of `struct Mat` in blockmm.cpp: one block-weight matrix."""
+
+    _fields_ = [("kind", ctypes.c_int64), ("qs", ctypes.c_void_p), ("scales", ctypes.c_void_p),
+                ("n", ctypes.c_int64), ("k", ctypes.c_int64)]
+
+
+class LayerArgs(ctypes.Structure):
+    """Mirror of `struct LayerArgs` in blockmm.cpp: one decoder layer's weights and shape."""
+
+    _fields_ = [("wqkv", Mat), ("wo", Mat), ("w13", Mat), ("w2", Mat),
+                ("attn_norm", ctypes.c_void_p), ("mlp_norm", ctypes.c_void_p), ("eps", ctypes.c_double),
+                ("n_heads", ctypes.c_int64), ("n_kv", ctypes.c_int64), ("head_dim", ctypes.c_int64),
+                ("inter", ctypes.c_int64)]
 
 
 def error(native: bool = True) -> str | None:

@@ -86,6 +86,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 BLOCK_MAX_ROWS = 24  # passes with more rows (prefill, big trees) use the dense matmul
+FUSED_LAYERS = True  # short batch-1 passes on block weights run each layer in one C++ call
 
 
 def _linear(x, dense, blocks, lib, bias=None):
@@ -145,6 +146,9 @@ class TargetModel:
 
         why = attach_blocks(self, gguf_path)
         self._lib = qkernel.library() if why is None else None
+        if why is None:
+            for lb, layer in zip(self.blocks, self.layers):
+                lb.layer_args(layer, self.cfg)
         self.kernel_note = "GGUF block weights (fp32 compute)" if why is None else f"dense weights ({why})"
         return why is None
 
@@ -163,6 +167,8 @@ class TargetModel:
         self.blocks = [LayerBlocks(*(quantize_q8_0(w) for w in (L.wqkv, L.wo, L.w13, L.w2))) for L in self.layers]
         self.lm_head_blocks = quantize_q8_0(self.lm_head)
         self._lib = lib
+        for lb, layer in zip(self.blocks, self.layers):
+            lb.layer_args(layer, self.cfg)
         self.kernel_note = "Q8_0 copies of the weights (draft model)"
         return True
 
@@ -235,10 +241,49 @@ class TargetModel:
         if positions.dim() == 1:
             positions = positions[None].expand(B, T)
         cos, sin = self.rope(positions)
-        mask, causal = self._mask(cache, B, T, tree_mask)
-        nh, nkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         out_taps = {}
         lib = self._lib if blocks and self.blocks is not None and B * T <= self.block_max_rows else None
+        if lib is not None and FUSED_LAYERS and B == 1 and cache.key_mask is None and cache.k.is_contiguous():
+            x = self._layers_fused(tokens, cache, cos, sin, tree_mask, taps, out_taps)
+        else:
+            x = self._layers_torch(tokens, cache, cos, sin, tree_mask, taps, out_taps, lib)
+        x = rms_norm(x, self.norm, cfg.rms_eps)
+        if "final" in taps:
+            out_taps["final"] = x
+        if logits_at is not None:
+            x = x[:, logits_at]
+        elif last_only:
+            x = x[:, -1:]
+        cache.pending = T
+        return ForwardOut(logits=self.logits(x, blocks), taps=out_taps)
+
+    def _layers_fused(self, tokens, cache, cos, sin, tree_mask, taps, out_taps) -> torch.Tensor:
+        """All decoder layers of a short batch-1 pass, one C++ call per layer (blockmm.cpp)."""
+        cfg, T, L = self.cfg, tokens.shape[1], cache.length
+        x = F.embedding(tokens[0], self.embed).contiguous()  # [T, H], updated in place
+        cos, sin = cos[0, 0].contiguous(), sin[0, 0].contiguous()
+        if tree_mask is not None:
+            mask = tree_mask.to(torch.uint8).reshape(T, T).contiguous()
+        else:
+            mask = torch.ones(T, T, dtype=torch.uint8).tril() if T > 1 else None
+        mptr = None if mask is None else mask.data_ptr()
+        work = torch.empty(T * (cfg.hidden_size + self.q_dim + 2 * self.kv_dim + self.q_dim + 3 * self.blocks[0].w2.k))
+        per_layer = cache.k[0].numel() * cache.k.element_size()
+        kp, vp = cache.k.data_ptr(), cache.v.data_ptr()
+        threads, call = torch.get_num_threads(), self._lib.layer_forward
+        for i, lb in enumerate(self.blocks):
+            if i in taps:
+                out_taps[i] = x.clone()[None]
+            call(lb.args_ref, x.data_ptr(), T, L, cos.data_ptr(), sin.data_ptr(), mptr,
+                 kp + i * per_layer, vp + i * per_layer, cache.max_len, work.data_ptr(), threads)
+        return x[None]
+
+    def _layers_torch(self, tokens, cache, cos, sin, tree_mask, taps, out_taps, lib) -> torch.Tensor:
+        cfg = self.cfg
+        B, T = tokens.shape
+        L = cache.length
+        mask, causal = self._mask(cache, B, T, tree_mask)
+        nh, nkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         x = F.embedding(tokens, self.embed)
         for i, layer in enumerate(self.layers):
             lb = self.blocks[i] if lib is not None else None
@@ -259,15 +304,7 @@ class TargetModel:
             h = rms_norm(x, layer.mlp_norm, cfg.rms_eps)
             gate, up = _linear(h, layer.w13, lb and lb.w13, lib).chunk(2, dim=-1)
             x = x + _linear(F.silu(gate) * up, layer.w2, lb and lb.w2, lib)
-        x = rms_norm(x, self.norm, cfg.rms_eps)
-        if "final" in taps:
-            out_taps["final"] = x
-        if logits_at is not None:
-            x = x[:, logits_at]
-        elif last_only:
-            x = x[:, -1:]
-        cache.pending = T
-        return ForwardOut(logits=self.logits(x, blocks), taps=out_taps)
+        return x
 
     def logits(self, x: torch.Tensor, blocks: bool = True) -> torch.Tensor:
         """The LM head (fp32 out); from the GGUF blocks when there are few rows."""
