@@ -5,9 +5,11 @@ setup:
 	bash scripts/setup.sh
 
 app: setup
+	bash scripts/compiler.sh || echo "no C++ compiler: the runtime falls back to dense fp32 weights (slower)"
 	.venv/bin/python -m streamlit run app.py
 
 test: setup
+	bash scripts/compiler.sh
 	bash scripts/browser.sh
 	.venv/bin/python -m pytest -q
 
