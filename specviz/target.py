@@ -147,8 +147,7 @@ class TargetModel:
         why = attach_blocks(self, gguf_path)
         self._lib = qkernel.library() if why is None else None
         if why is None:
-            for lb, layer in zip(self.blocks, self.layers):
-                lb.layer_args(layer, self.cfg)
+            self._arm_fused_layers()
         self.kernel_note = "GGUF block weights (fp32 compute)" if why is None else f"dense weights ({why})"
         return why is None
 
@@ -167,10 +166,14 @@ class TargetModel:
         self.blocks = [LayerBlocks(*(quantize_q8_0(w) for w in (L.wqkv, L.wo, L.w13, L.w2))) for L in self.layers]
         self.lm_head_blocks = quantize_q8_0(self.lm_head)
         self._lib = lib
-        for lb, layer in zip(self.blocks, self.layers):
-            lb.layer_args(layer, self.cfg)
+        self._arm_fused_layers()
         self.kernel_note = "Q8_0 copies of the weights (draft model)"
         return True
+
+    def _arm_fused_layers(self) -> None:
+        """Build each layer's C argument struct once (weights never move afterwards)."""
+        for lb, layer in zip(self.blocks, self.layers):
+            lb.layer_args(layer, self.cfg)
 
     # ------------------------------------------------------------------ helpers
     def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
