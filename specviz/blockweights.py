@@ -3,7 +3,7 @@
 The dense fp32 model that transformers builds from the GGUF has exactly the weights d*q (+ m) of
 these blocks; `attach_blocks` checks that bit for bit, matrix by matrix, before it lets the target
 use them, so the model is the same and only the order of the additions inside a dot product
-changes (as it already does between matmul kernels). Long passes (prefill) keep the dense matmul.
+changes (as it already does between matmul kernels).
 """
 
 from __future__ import annotations

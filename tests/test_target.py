@@ -97,9 +97,11 @@ def test_taps_equal_hf_hidden_states(target, hf_model, prompt):
     out = target.model(torch.tensor([prompt]), cache, taps=(*layers, "final"))
     with torch.no_grad():
         hs = hf_model(torch.tensor([prompt]), output_hidden_states=True).hidden_states
-    for i in layers:
-        assert (out.taps[i][0] - hs[i][0]).abs().max().item() < 1e-4
-    assert (out.taps["final"][0] - hs[-1][0]).abs().max().item() < 1e-4
+    # SmolLM2's residual stream carries "massive activations" (~25,000 in layers 15-27), where one fp32
+    # ulp is 0.002: compare relative to each tensor's scale (a wrong layer is off by whole units).
+    for i in [*layers, "final"]:
+        ref = hs[i][0] if i != "final" else hs[-1][0]
+        assert (out.taps[i][0] - ref).abs().max().item() < 1e-4 + 2e-6 * ref.abs().max().item(), i
 
 
 def test_batched_left_padding_matches_single(target):
