@@ -85,11 +85,13 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-# With block weights, batch-1 passes of up to BLOCK_MAX_ROWS tokens (decoding, tree verification) run
-# each layer in one C++ call; longer passes and batches (prefill, data generation) run layer by layer
-# in torch (flash attention) with the block matmul, which beats the dense one here at every size
-# measured (32 tokens 2.1x, 128 1.7x, 780 1.3x).
-BLOCK_MAX_ROWS = 24
+# With block weights, batch-1 passes of up to FUSED_MAX_TOKENS tokens (decoding, small draft trees)
+# run each layer in one C++ call; longer passes and batches (prefill, big trees, data generation) run
+# layer by layer in torch (flash attention) with the block matmul, which beats the dense one here at
+# every size measured (32 tokens 2.1x, 128 1.7x, 780 1.3x). The fused kernel's attention handles one
+# query at a time, so past ~6 tokens (after 300 cached) the torch layers win: measured on the 2-core
+# development CPU, fused/torch ms: 1 token 4.0/6.3, 4: 7.7/9.5, 6: 11.4/11.9, 8: 15.7/15.0, 24: 41/32.
+FUSED_MAX_TOKENS = 6
 FUSED_LAYERS = True
 
 
@@ -139,7 +141,7 @@ class TargetModel:
         # Optional GGUF block weights (see blockweights.py), used by every pass when present.
         self.blocks = None
         self.lm_head_blocks = None
-        self.block_max_rows = BLOCK_MAX_ROWS
+        self.fused_max_tokens = FUSED_MAX_TOKENS
         self.kernel_note = "dense weights"
         self._lib = None
 
@@ -250,7 +252,7 @@ class TargetModel:
         cos, sin = self.rope(positions)
         out_taps = {}
         lib = self._lib if blocks and self.blocks is not None else None
-        short = B == 1 and T <= self.block_max_rows and cache.key_mask is None and cache.k.is_contiguous()
+        short = B == 1 and T <= self.fused_max_tokens and cache.key_mask is None and cache.k.is_contiguous()
         if lib is not None and FUSED_LAYERS and short:
             x = self._layers_fused(tokens, cache, cos, sin, tree_mask, taps, out_taps)
         else:
