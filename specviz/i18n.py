@@ -217,6 +217,10 @@ S: dict[str, tuple[str, str]] = {
     "cmp.shipped": ("Shipped benchmark results", "附带的基准测试结果"),
     "cmp.no_shipped": ("No benchmark results are shipped yet (assets/results/ is empty).", "尚无附带的基准测试结果（assets/results/ 为空）。"),
     "cmp.live": ("Live comparison", "实时比较"),
+    "cmp.slower": (
+        "Slower than vanilla here: {methods}. Each draft tree is verified in one pass, and on this device the extra tree tokens cost more than the accepted guesses save (see *Why it is free*). The trees are set in the sidebar's Draft settings; *Tune the tree for this machine* picks the size that is fastest here.",
+        "在本机上比普通解码慢：{methods}。每棵草稿树在一次前向中验证，而在本设备上额外的树 token 的代价超过了被接受的猜测所节省的时间（见“为什么几乎免费”）。草稿树在侧边栏的草稿设置中设定；“为本机调优草稿树”会选出在本机最快的大小。",
+    ),
     "cmp.none": ("Select at least one available method.", "请至少选择一个可用方法。"),
     "cmp.col_method": ("method", "方法"),
     "cmp.col_tokens": ("new tokens", "新 token 数"),

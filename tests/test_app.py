@@ -201,6 +201,9 @@ def test_compare_page():
     assert not errors(at)
     r = at.session_state["cmp_result"]
     assert "vanilla" in r["first"] and r["rows"]
+    slower = [row for row in r["rows"]
+              if (row.get("speedup vs vanilla") or 1) < 1 and row["method"] != "Vanilla (no draft)"]
+    assert any("Slower than vanilla" in i.value for i in at.info) == bool(slower)
 
 
 def test_tune_tree_button_sets_the_device_tuned_size(monkeypatch):

@@ -106,6 +106,10 @@ with live:
         st.subheader(tr("cmp.table"))
         st.dataframe(pd.DataFrame(r["rows"]), hide_index=True)
         st.caption(tr("c.measured_note", device=r["device"]) + f" · {r['dtype']}")
+        slower = [row[tr("cmp.col_method")] for row in r["rows"]
+                  if (row.get(tr("c.speedup")) or 1) < 1 and row[tr("cmp.col_method")] != method_label("vanilla")]
+        if slower:
+            st.info(tr("cmp.slower", methods=", ".join(slower)))
         st.subheader(tr("cmp.first_trees"))
         shown = [m for m in r["order"] if m != "vanilla"] or r["order"]
         cols = st.columns(min(3, len(shown)))
