@@ -33,10 +33,28 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 # ----------------------------------------------------------------------------- prompts
+def heldout_prompts() -> list[dict]:
+    """The greedy held-out prompts of the regenerated ShareGPT data (`python -m specviz.train data`),
+    already chat-formatted token ids."""
+    from .train.cli import default_data_dir
+
+    folder = default_data_dir()
+    if not any(folder.glob("heldout-*")):
+        raise SpecVizError(f"No held-out data in {folder}: build it with `python -m specviz.train data`.")
+    from .train.data import SeqData
+
+    seqs = [s for s in SeqData(folder, "heldout", taps=[]).seqs if s.get("temp", 0.0) == 0.0]
+    return [{"id": i, "category": "heldout", "prompt": "", "ids": s["tokens"][: s["prompt_len"]].tolist()}
+            for i, s in enumerate(seqs)]
+
+
 def load_prompts(source: str | None, limit: int | None) -> list[dict]:
-    """[{id, category, prompt}] from a Spec-Bench-style JSONL, `humaneval`, or the built-ins."""
+    """[{id, category, prompt}] from a Spec-Bench-style JSONL, `humaneval`, `heldout` (regenerated
+    ShareGPT; rows carry token `ids`), or the built-ins."""
     if not source or source == "builtin":
         rows = [{"id": i, "category": "builtin", "prompt": p} for i, p in enumerate(EXAMPLE_PROMPTS)]
+    elif source == "heldout":
+        rows = heldout_prompts()
     elif source == "humaneval":
         import importlib.util
 
@@ -242,7 +260,7 @@ def run(args) -> dict:
         for m, r in runners.items():
             if r.tree:
                 print(f"{m}: tree {json.dumps(r.tree)}", file=sys.stderr)
-        ids = [target.tokenizer.chat_ids(p["prompt"]) for p in prompts]
+        ids = [p["ids"] if p.get("ids") else target.tokenizer.chat_ids(p["prompt"]) for p in prompts]
         # warm-up: one short run of each method
         for r in runners.values():
             r.run(ids[0], 8)
@@ -328,7 +346,7 @@ def print_table(dname: str, entry: dict) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specviz.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--methods", default="vanilla,hf")
-    ap.add_argument("--prompts", default="builtin", help="Spec-Bench-style JSONL, 'humaneval', or 'builtin'")
+    ap.add_argument("--prompts", default="builtin", help="Spec-Bench-style JSONL, 'humaneval', 'heldout' or 'builtin'")
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--temperature", type=float, default=0.0)

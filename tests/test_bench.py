@@ -62,3 +62,12 @@ def test_bench_reports_a_broken_prompt_file(tmp_path, capsys):
     f.write_text('{"turns": ["fine"]}\nnot json\n')
     assert bench.main(["--methods", "vanilla", "--prompts", str(f)]) == 2
     assert "line 2" in capsys.readouterr().err
+
+
+def test_heldout_prompts_need_the_training_data(tmp_path, monkeypatch):
+    from specviz import SpecVizError
+    from specviz.train import cli
+
+    monkeypatch.setattr(cli, "default_data_dir", lambda: tmp_path)
+    with pytest.raises(SpecVizError, match="python -m specviz.train data"):
+        bench.load_prompts("heldout", 2)
