@@ -114,7 +114,6 @@ def speed_up_linears(module: torch.nn.Module) -> int:
             return y if lin.bias is None else y + lin.bias
 
         lin.forward = forward
-        lin.block_weights = blocks
         count += 1
     return count
 

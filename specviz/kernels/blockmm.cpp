@@ -28,139 +28,97 @@ namespace {
 constexpr int64_t ROWS_PER_TASK = 32;
 constexpr int MAX_TOKENS = 8;  // tokens held in registers at once
 
+// Block decoders: weights j and j+16 of a 32-weight block into two 16-lane halves, rounded as
+// gguf-py rounds them. `Q` is the quantised element, QB its count per block, SB scales per block.
+struct Q41 {
+    using Q = uint8_t;
+    static constexpr int64_t QB = 16, SB = 2;  // 32 nibbles; d, m
 #if defined(__AVX512F__)
-
-template <int TT>
-void q41_rows(const float* x, int64_t K, const uint8_t* qs, const float* dm, int64_t n0, int64_t n1,
-              float* y, int64_t ldy) {
-    const int64_t nb = K / 32;
-    const __m128i low4 = _mm_set1_epi8(0x0F);
-    for (int64_t n = n0; n < n1; ++n) {
-        const uint8_t* q = qs + n * nb * 16;
-        const float* s = dm + n * nb * 2;
-        __m512 lo_acc[TT], hi_acc[TT];
-        for (int t = 0; t < TT; ++t) lo_acc[t] = hi_acc[t] = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b) {
-            const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + b * 16));
-            const __m512 qlo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw, low4)));
-            const __m512 qhi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), low4)));
-            const __m512 d = _mm512_set1_ps(s[2 * b]);
-            const __m512 m = _mm512_set1_ps(s[2 * b + 1]);
-            const __m512 wlo = _mm512_add_ps(_mm512_mul_ps(d, qlo), m);
-            const __m512 whi = _mm512_add_ps(_mm512_mul_ps(d, qhi), m);
-            for (int t = 0; t < TT; ++t) {
-                const float* xt = x + t * K + b * 32;
-                lo_acc[t] = _mm512_fmadd_ps(_mm512_loadu_ps(xt), wlo, lo_acc[t]);
-                hi_acc[t] = _mm512_fmadd_ps(_mm512_loadu_ps(xt + 16), whi, hi_acc[t]);
-            }
-        }
-        for (int t = 0; t < TT; ++t) y[t * ldy + n] = _mm512_reduce_add_ps(_mm512_add_ps(lo_acc[t], hi_acc[t]));
+    static inline void decode(const Q* q, const float* s, __m512& lo, __m512& hi) {
+        const __m128i low4 = _mm_set1_epi8(0x0F);
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+        const __m512 d = _mm512_set1_ps(s[0]), m = _mm512_set1_ps(s[1]);
+        lo = _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw, low4)))), m);
+        hi = _mm512_add_ps(
+            _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), low4)))), m);
     }
-}
-
-template <int TT>
-void q80_rows(const float* x, int64_t K, const int8_t* qs, const float* ds, int64_t n0, int64_t n1,
-              float* y, int64_t ldy) {
-    const int64_t nb = K / 32;
-    for (int64_t n = n0; n < n1; ++n) {
-        const int8_t* q = qs + n * nb * 32;
-        const float* s = ds + n * nb;
-        __m512 lo_acc[TT], hi_acc[TT];
-        for (int t = 0; t < TT; ++t) lo_acc[t] = hi_acc[t] = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b) {
-            const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + b * 32));
-            const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + b * 32 + 16));
-            const __m512 d = _mm512_set1_ps(s[b]);
-            const __m512 wlo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(r0)));
-            const __m512 whi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(r1)));
-            for (int t = 0; t < TT; ++t) {
-                const float* xt = x + t * K + b * 32;
-                lo_acc[t] = _mm512_fmadd_ps(_mm512_loadu_ps(xt), wlo, lo_acc[t]);
-                hi_acc[t] = _mm512_fmadd_ps(_mm512_loadu_ps(xt + 16), whi, hi_acc[t]);
-            }
-        }
-        for (int t = 0; t < TT; ++t) y[t * ldy + n] = _mm512_reduce_add_ps(_mm512_add_ps(lo_acc[t], hi_acc[t]));
-    }
-}
-
-#else  // portable version: 16-lane arrays the compiler vectorises with whatever the CPU has
-
-template <int TT>
-void q41_rows(const float* x, int64_t K, const uint8_t* qs, const float* dm, int64_t n0, int64_t n1,
-              float* y, int64_t ldy) {
-    const int64_t nb = K / 32;
-    for (int64_t n = n0; n < n1; ++n) {
-        const uint8_t* q = qs + n * nb * 16;
-        const float* s = dm + n * nb * 2;
-        float lo_acc[TT][16], hi_acc[TT][16];
-        std::memset(lo_acc, 0, sizeof lo_acc);
-        std::memset(hi_acc, 0, sizeof hi_acc);
-        for (int64_t b = 0; b < nb; ++b) {
-            float wlo[16], whi[16];
-            const float d = s[2 * b], m = s[2 * b + 1];
-            for (int j = 0; j < 16; ++j) {
-                wlo[j] = d * static_cast<float>(q[b * 16 + j] & 15) + m;
-                whi[j] = d * static_cast<float>(q[b * 16 + j] >> 4) + m;
-            }
-            for (int t = 0; t < TT; ++t) {
-                const float* xt = x + t * K + b * 32;
-                for (int j = 0; j < 16; ++j) {
-                    lo_acc[t][j] += xt[j] * wlo[j];
-                    hi_acc[t][j] += xt[16 + j] * whi[j];
-                }
-            }
-        }
-        for (int t = 0; t < TT; ++t) {
-            float sum = 0.f;
-            for (int j = 0; j < 16; ++j) sum += lo_acc[t][j] + hi_acc[t][j];
-            y[t * ldy + n] = sum;
-        }
-    }
-}
-
-template <int TT>
-void q80_rows(const float* x, int64_t K, const int8_t* qs, const float* ds, int64_t n0, int64_t n1,
-              float* y, int64_t ldy) {
-    const int64_t nb = K / 32;
-    for (int64_t n = n0; n < n1; ++n) {
-        const int8_t* q = qs + n * nb * 32;
-        const float* s = ds + n * nb;
-        float lo_acc[TT][16], hi_acc[TT][16];
-        std::memset(lo_acc, 0, sizeof lo_acc);
-        std::memset(hi_acc, 0, sizeof hi_acc);
-        for (int64_t b = 0; b < nb; ++b) {
-            float wlo[16], whi[16];
-            for (int j = 0; j < 16; ++j) {
-                wlo[j] = s[b] * static_cast<float>(q[b * 32 + j]);
-                whi[j] = s[b] * static_cast<float>(q[b * 32 + 16 + j]);
-            }
-            for (int t = 0; t < TT; ++t) {
-                const float* xt = x + t * K + b * 32;
-                for (int j = 0; j < 16; ++j) {
-                    lo_acc[t][j] += xt[j] * wlo[j];
-                    hi_acc[t][j] += xt[16 + j] * whi[j];
-                }
-            }
-        }
-        for (int t = 0; t < TT; ++t) {
-            float sum = 0.f;
-            for (int j = 0; j < 16; ++j) sum += lo_acc[t][j] + hi_acc[t][j];
-            y[t * ldy + n] = sum;
-        }
-    }
-}
-
 #endif
+    static inline void decode(const Q* q, const float* s, float* lo, float* hi) {
+        for (int j = 0; j < 16; ++j) {
+            lo[j] = s[0] * static_cast<float>(q[j] & 15) + s[1];
+            hi[j] = s[0] * static_cast<float>(q[j] >> 4) + s[1];
+        }
+    }
+};
 
-template <typename Q, typename S, void (*R1)(const float*, int64_t, const Q*, const S*, int64_t, int64_t, float*, int64_t),
-          void (*R2)(const float*, int64_t, const Q*, const S*, int64_t, int64_t, float*, int64_t),
-          void (*R3)(const float*, int64_t, const Q*, const S*, int64_t, int64_t, float*, int64_t),
-          void (*R4)(const float*, int64_t, const Q*, const S*, int64_t, int64_t, float*, int64_t),
-          void (*R5)(const float*, int64_t, const Q*, const S*, int64_t, int64_t, float*, int64_t),
-          void (*R6)(const float*, int64_t, const Q*, const S*, int64_t, int64_t, float*, int64_t),
-          void (*R7)(const float*, int64_t, const Q*, const S*, int64_t, int64_t, float*, int64_t),
-          void (*R8)(const float*, int64_t, const Q*, const S*, int64_t, int64_t, float*, int64_t)>
-void run(const float* x, int64_t T, int64_t K, const Q* qs, const S* sc, int64_t N, float* y, int threads) {
+struct Q80 {
+    using Q = int8_t;
+    static constexpr int64_t QB = 32, SB = 1;  // 32 bytes; d
+#if defined(__AVX512F__)
+    static inline void decode(const Q* q, const float* s, __m512& lo, __m512& hi) {
+        const __m512 d = _mm512_set1_ps(s[0]);
+        lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)))));
+        hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)))));
+    }
+#endif
+    static inline void decode(const Q* q, const float* s, float* lo, float* hi) {
+        for (int j = 0; j < 16; ++j) {
+            lo[j] = s[0] * static_cast<float>(q[j]);
+            hi[j] = s[0] * static_cast<float>(q[16 + j]);
+        }
+    }
+};
+
+// y[t, n] for rows [n0, n1) and TT tokens: each block is decoded once and used for every token;
+// every (row, token) sum runs in the same order whatever TT is.
+template <class D, int TT>
+void rows(const float* x, int64_t K, const typename D::Q* qs, const float* sc, int64_t n0, int64_t n1, float* y,
+          int64_t ldy) {
+    const int64_t nb = K / 32;
+    for (int64_t n = n0; n < n1; ++n) {
+        const typename D::Q* q = qs + n * nb * D::QB;
+        const float* s = sc + n * nb * D::SB;
+#if defined(__AVX512F__)
+        __m512 lo_acc[TT], hi_acc[TT];
+        for (int t = 0; t < TT; ++t) lo_acc[t] = hi_acc[t] = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            __m512 wlo, whi;
+            D::decode(q + b * D::QB, s + b * D::SB, wlo, whi);
+            for (int t = 0; t < TT; ++t) {
+                const float* xt = x + t * K + b * 32;
+                lo_acc[t] = _mm512_fmadd_ps(_mm512_loadu_ps(xt), wlo, lo_acc[t]);
+                hi_acc[t] = _mm512_fmadd_ps(_mm512_loadu_ps(xt + 16), whi, hi_acc[t]);
+            }
+        }
+        for (int t = 0; t < TT; ++t) y[t * ldy + n] = _mm512_reduce_add_ps(_mm512_add_ps(lo_acc[t], hi_acc[t]));
+#else  // portable: 16-lane arrays the compiler vectorises with whatever the CPU has
+        float lo_acc[TT][16], hi_acc[TT][16];
+        std::memset(lo_acc, 0, sizeof lo_acc);
+        std::memset(hi_acc, 0, sizeof hi_acc);
+        for (int64_t b = 0; b < nb; ++b) {
+            float wlo[16], whi[16];
+            D::decode(q + b * D::QB, s + b * D::SB, wlo, whi);
+            for (int t = 0; t < TT; ++t) {
+                const float* xt = x + t * K + b * 32;
+                for (int j = 0; j < 16; ++j) {
+                    lo_acc[t][j] += xt[j] * wlo[j];
+                    hi_acc[t][j] += xt[16 + j] * whi[j];
+                }
+            }
+        }
+        for (int t = 0; t < TT; ++t) {
+            float sum = 0.f;
+            for (int j = 0; j < 16; ++j) sum += lo_acc[t][j] + hi_acc[t][j];
+            y[t * ldy + n] = sum;
+        }
+#endif
+    }
+}
+
+// y [T, N] = x [T, K] @ W^T, rows split over threads, tokens in register-sized groups.
+template <class D>
+void run(const float* x, int64_t T, int64_t K, const typename D::Q* qs, const float* sc, int64_t N, float* y,
+         int threads) {
     const int64_t tasks = (N + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t task = 0; task < tasks; ++task) {
@@ -171,14 +129,14 @@ void run(const float* x, int64_t T, int64_t K, const Q* qs, const S* sc, int64_t
             const float* xt = x + t0 * K;
             float* yt = y + t0 * N;
             switch (tt) {
-                case 1: R1(xt, K, qs, sc, n0, n1, yt, N); break;
-                case 2: R2(xt, K, qs, sc, n0, n1, yt, N); break;
-                case 3: R3(xt, K, qs, sc, n0, n1, yt, N); break;
-                case 4: R4(xt, K, qs, sc, n0, n1, yt, N); break;
-                case 5: R5(xt, K, qs, sc, n0, n1, yt, N); break;
-                case 6: R6(xt, K, qs, sc, n0, n1, yt, N); break;
-                case 7: R7(xt, K, qs, sc, n0, n1, yt, N); break;
-                default: R8(xt, K, qs, sc, n0, n1, yt, N); break;
+                case 1: rows<D, 1>(xt, K, qs, sc, n0, n1, yt, N); break;
+                case 2: rows<D, 2>(xt, K, qs, sc, n0, n1, yt, N); break;
+                case 3: rows<D, 3>(xt, K, qs, sc, n0, n1, yt, N); break;
+                case 4: rows<D, 4>(xt, K, qs, sc, n0, n1, yt, N); break;
+                case 5: rows<D, 5>(xt, K, qs, sc, n0, n1, yt, N); break;
+                case 6: rows<D, 6>(xt, K, qs, sc, n0, n1, yt, N); break;
+                case 7: rows<D, 7>(xt, K, qs, sc, n0, n1, yt, N); break;
+                default: rows<D, 8>(xt, K, qs, sc, n0, n1, yt, N); break;
             }
         }
     }
@@ -198,14 +156,12 @@ int blockmm_has_avx512() {
 
 void q4_1_mm(const float* x, int64_t T, int64_t K, const uint8_t* qs, const float* dm, int64_t N, float* y,
              int threads) {
-    run<uint8_t, float, q41_rows<1>, q41_rows<2>, q41_rows<3>, q41_rows<4>, q41_rows<5>, q41_rows<6>,
-        q41_rows<7>, q41_rows<8>>(x, T, K, qs, dm, N, y, threads);
+    run<Q41>(x, T, K, qs, dm, N, y, threads);
 }
 
 void q8_0_mm(const float* x, int64_t T, int64_t K, const int8_t* qs, const float* d, int64_t N, float* y,
              int threads) {
-    run<int8_t, float, q80_rows<1>, q80_rows<2>, q80_rows<3>, q80_rows<4>, q80_rows<5>, q80_rows<6>,
-        q80_rows<7>, q80_rows<8>>(x, T, K, qs, d, N, y, threads);
+    run<Q80>(x, T, K, qs, d, N, y, threads);
 }
 
 }  // extern "C"
@@ -235,11 +191,9 @@ namespace {
 
 void matmul(const Mat& m, const float* x, int64_t T, float* y, int threads) {
     if (m.kind == 0)
-        run<uint8_t, float, q41_rows<1>, q41_rows<2>, q41_rows<3>, q41_rows<4>, q41_rows<5>, q41_rows<6>,
-            q41_rows<7>, q41_rows<8>>(x, T, m.k, static_cast<const uint8_t*>(m.qs), m.scales, m.n, y, threads);
+        run<Q41>(x, T, m.k, static_cast<const uint8_t*>(m.qs), m.scales, m.n, y, threads);
     else
-        run<int8_t, float, q80_rows<1>, q80_rows<2>, q80_rows<3>, q80_rows<4>, q80_rows<5>, q80_rows<6>,
-            q80_rows<7>, q80_rows<8>>(x, T, m.k, static_cast<const int8_t*>(m.qs), m.scales, m.n, y, threads);
+        run<Q80>(x, T, m.k, static_cast<const int8_t*>(m.qs), m.scales, m.n, y, threads);
 }
 
 // exp(x) for float, Cephes' expf (about 1 ulp), written as straight-line arithmetic so that the
