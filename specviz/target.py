@@ -146,7 +146,7 @@ class TargetModel:
         self._lib = None
 
     def use_block_weights(self, gguf_path) -> bool:
-        """Multiply short passes straight from the GGUF's blocks (same weights, 6x fewer bytes)."""
+        """Multiply every pass straight from the GGUF's blocks (same weights, 6x fewer bytes)."""
         from . import qkernel
         from .blockweights import attach_blocks
 
@@ -158,7 +158,7 @@ class TargetModel:
         return why is None
 
     def use_rounded_blocks(self) -> bool:
-        """For draft models only: Q8_0 copies of the dense weights for short passes. A drafter's
+        """For draft models only: Q8_0 copies of the dense weights for every pass. A drafter's
         weights change what it guesses, never what the target accepts, so rounding them is safe."""
         from . import qkernel
         from .blockweights import LayerBlocks, quantize_q8_0
@@ -328,7 +328,7 @@ class TargetModel:
 def load_target(spec=None, dtype=torch.float32, device=None, progress=None, block_weights: bool = True) -> "Target":
     """Load a checkpoint (default: SmolLM2) into the runtime together with its tokenizer.
 
-    The default model in fp32 on CPU also keeps its GGUF blocks for short passes (`block_weights`).
+    The default model in fp32 on CPU also multiplies from its GGUF blocks (`block_weights`).
     """
     from .loading import DEFAULT_MODEL, default_gguf_path, load_checkpoint
     from .tokenizer import ChatTokenizer
