@@ -75,7 +75,7 @@ VARIANTS = ["correct", *POLICIES]
 BUGS: dict[str, dict[str, str]] = {
     "unwarped-bonus": {
         "title_en": "Bonus token from the raw logits",
-        "title_zh": "奖励 token 取自未处理的 logits",
+        "title_zh": "附加 token 取自未处理的 logits",
         "explain_en": (
             "When every draft token is accepted, the target adds one bonus token. This bug draws it "
             "from softmax(raw logits) instead of the distribution after temperature, top-k and top-p. "
@@ -86,7 +86,7 @@ BUGS: dict[str, dict[str, str]] = {
             "without top-k/top-p it is invisible. The public EAGLE code once had exactly this bug."
         ),
         "explain_zh": (
-            "当所有草稿 token 都被接受时，目标模型会额外给出一个奖励 token。这个错误从原始 logits 的 "
+            "当所有草稿 token 都被接受时，目标模型会额外给出一个附加 token。这个错误从原始 logits 的 "
             "softmax 中抽取它，而不是从经过 temperature、top-k、top-p 处理后的分布中抽取。当温度低于 1 "
             "或启用了 top-k/top-p 截断时，原始分布更平坦：本应被压低或剪掉的长尾 token 会出现，而最可能"
             "的 token 则被少产出。它只在整条路径被完全接受之后发生，所以草稿模型越好，偏差越大；在温度为 "
@@ -188,7 +188,7 @@ BUGS: dict[str, dict[str, str]] = {
         ),
         "explain_zh": (
             "所有草稿 token 不经检验就被接受，输出服从草稿模型而不是目标模型：草稿偏爱的被多产出，草稿忽略的"
-            "被少产出（只有每条路径之后的奖励 token 来自目标模型）。接受长度看起来完美，这正说明只看速度"
+            "被少产出（只有每条路径之后的附加 token 来自目标模型）。接受长度看起来完美，这正说明只看速度"
             "什么也证明不了。"
         ),
         "visible_when": "always, whenever the drafter differs from the target (also greedy)",
