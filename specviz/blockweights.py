@@ -49,7 +49,7 @@ class BlockWeight:
         return w.reshape(n, k)
 
     def rows(self, index) -> "BlockWeight":
-        index = torch.as_tensor(index, dtype=torch.long)
+        index = torch.as_tensor(index, dtype=torch.long, device=self.qs.device)
         return BlockWeight(self.kind, self.qs[index].contiguous(), self.scales[index].contiguous())
 
     @staticmethod
@@ -62,14 +62,16 @@ class BlockWeight:
                            torch.cat([p.scales for p in parts]).contiguous())
 
     def matmul(self, x: torch.Tensor, lib=None) -> torch.Tensor:
-        """x [..., K] fp32 -> x @ W^T [..., N]."""
+        """x [..., K] fp32 -> x @ W^T [..., N]. The kernel reads host memory: CPU tensors only."""
+        if x.device.type != "cpu":
+            raise ValueError(f"the block kernel runs on the CPU only, got a tensor on {x.device}")
         lib = lib or qkernel.library()
         n, k = self.n, self.k
         x2 = x.reshape(-1, k)
         if not x2.is_contiguous() or x2.dtype != torch.float32:
             x2 = x2.float().contiguous()
         rows = x2.shape[0]
-        y = torch.empty(rows, n, dtype=torch.float32)
+        y = torch.empty(rows, n, dtype=torch.float32, device=x2.device)
         fn = lib.q4_1_mm if self.kind == "q4_1" else lib.q8_0_mm
         fn(x2.data_ptr(), rows, k, self._ptrs[0], self._ptrs[1], n, y.data_ptr(), torch.get_num_threads())
         return y.view(*x.shape[:-1], n)
@@ -108,7 +110,7 @@ def speed_up_linears(module: torch.nn.Module) -> int:
 
         def forward(x, lin=lin, blocks=blocks, dense=lin.forward):
             training = torch.is_grad_enabled() and (x.requires_grad or lin.weight.requires_grad)
-            if training or x.dtype != torch.float32 or x.numel() > MAX_BLOCK_ROWS * x.shape[-1]:
+            if training or x.device.type != "cpu" or x.dtype != torch.float32 or x.numel() > MAX_BLOCK_ROWS * x.shape[-1]:
                 return dense(x)
             y = blocks.matmul(x, lib)
             return y if lin.bias is None else y + lin.bias
@@ -150,7 +152,7 @@ def read_gguf_blocks(path: Path) -> dict[str, BlockWeight]:
 
 def _head_orders(n_rows: int, heads: list[int]) -> list[torch.Tensor]:
     """Row orders to try for q/k: as stored, or undoing llama.cpp's rotary permutation for each head count."""
-    orders = [torch.arange(n_rows)]
+    orders = [torch.arange(n_rows, device="cpu")]  # GGUF blocks are read into host memory
     for h in heads:
         if h and n_rows % (2 * h) == 0:
             half = n_rows // h // 2

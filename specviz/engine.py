@@ -157,6 +157,8 @@ class SpeculativeDecoder:
         logits = out.logits[0]
         p = probs(logits, self.params)
         p_raw = logits.softmax(-1) if self.variant != "correct" or (self.detail and self.params.greedy) else None
+        if tree.sampled and p.device.type != "cpu":  # drawn drafts keep their q rows on the CPU: verify there
+            p, p_raw = p.cpu(), None if p_raw is None else p_raw.cpu()
         if n == 1:  # vanilla: nothing to verify, just draw the next token
             res = _VanillaResult(p[0], self.params, self.generator)
         else:

@@ -27,6 +27,22 @@ DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _CACHE_FORMAT = 1
 
 
+def default_device() -> str:
+    """Where SpecViz runs unless told otherwise: the GPU when torch sees one, else the CPU."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_dtype(device=None):
+    """The precision a device runs by default: bf16 on a GPU (tensor cores, half the bytes),
+    fp32 on a CPU (exact agreement with transformers' fp32, and the GGUF block kernel)."""
+    import torch
+
+    device = torch.device(device if device is not None else default_device())
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
 def cache_root() -> Path:
     """Where SpecViz keeps converted weights (override with $SPECVIZ_CACHE)."""
     env = os.environ.get("SPECVIZ_CACHE")

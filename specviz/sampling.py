@@ -66,14 +66,29 @@ def probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return warp_logits(logits, params).softmax(-1)
 
 
+def new_generator(seed: int, device="cpu") -> torch.Generator:
+    """A seeded generator on `device`. Its state (`get_state`) is what a replay restores."""
+    return torch.Generator(device=torch.device(device)).manual_seed(int(seed))
+
+
+def uniform(generator: torch.Generator | None, n: int = 1, device=None) -> torch.Tensor:
+    """n float64 uniforms in [0, 1), drawn on the generator's own device and moved to `device`
+    (default: the CPU, where the acceptance walk reads them). Any generator works with tensors
+    on any device, and the same generator state always gives the same numbers."""
+    gen_device = generator.device if generator is not None else torch.device("cpu")
+    u = torch.rand(n, generator=generator, dtype=torch.float64, device=gen_device)
+    return u.to(device if device is not None else "cpu")
+
+
 def sample(dist: torch.Tensor, generator: torch.Generator | None = None) -> int:
     """Draw one token id from a probability vector (need not be normalised).
 
     Inverse-CDF with one uniform: an order of magnitude faster than `torch.multinomial` on a
     49k vocabulary, and a token of probability 0 can never come out (the search is strict).
+    The vector may live on any device; the uniform comes from the generator wherever it lives.
     """
     cdf = dist.double().cumsum(-1)
-    u = torch.rand(1, generator=generator, dtype=torch.float64) * cdf[-1]
+    u = uniform(generator, 1, cdf.device) * cdf[-1]
     i = int(torch.searchsorted(cdf, u, right=True).item())
     if i >= dist.numel():  # u * total rounded up to the total: take the last token with mass
         i = int(torch.nonzero(dist > 0)[-1].item())

@@ -35,6 +35,15 @@ class KVCache:
         self.length = 0
         self.pending = 0
         self.key_mask: torch.Tensor | None = None
+        self.graphs = None  # cudagraph.GraphRunner captured over this storage (CUDA only)
+
+    @classmethod
+    def over(cls, k: torch.Tensor, v: torch.Tensor, graphs=None) -> "KVCache":
+        """An empty cache on existing storage (a pooled one, with the CUDA graphs captured over it)."""
+        c = cls.__new__(cls)
+        c.k, c.v, c.max_len = k, v, k.shape[3]
+        c.length, c.pending, c.key_mask, c.graphs = 0, 0, None, graphs
+        return c
 
     def commit(self, keep=None) -> None:
         """Keep block entries `keep` (default: all pending) as the next committed positions."""
@@ -61,6 +70,7 @@ class KVCache:
         c.k, c.v = self.k.clone(), self.v.clone()
         c.max_len, c.length, c.pending = self.max_len, self.length, self.pending
         c.key_mask = None if self.key_mask is None else self.key_mask.clone()
+        c.graphs = None  # graphs are bound to the storage they were captured over
         return c
 
 
@@ -97,6 +107,11 @@ FUSED_LAYERS = True
 
 def _linear(x, dense, blocks, lib, bias=None):
     return blocks.matmul(x, lib) if blocks is not None else F.linear(x, dense, bias)
+
+
+def _uses_kernel(device) -> bool:
+    """The compiled block kernel reads host memory: it is armed for CPU models only."""
+    return torch.device(device).type == "cpu"
 
 
 class Layer:
@@ -142,14 +157,21 @@ class TargetModel:
         self.blocks = None
         self.lm_head_blocks = None
         self.fused_max_tokens = FUSED_MAX_TOKENS
-        self.kernel_note = "dense weights"
         self._lib = None
+        from . import cudagraph
+
+        self.cuda_graphs = cudagraph.wanted(self.device)  # capture short passes as CUDA graphs
+        self._cache_pool = cudagraph.CachePool(self) if self.cuda_graphs else None
+        self.kernel_note = "dense weights" + (f", {cudagraph.NOTE}" if self.cuda_graphs else "")
 
     def use_block_weights(self, gguf_path) -> bool:
         """Multiply every pass straight from the GGUF's blocks (same weights, 6x fewer bytes)."""
         from . import qkernel
         from .blockweights import attach_blocks
 
+        if not _uses_kernel(self.device):
+            self.kernel_note += " (block weights serve fp32 on CPU only)"
+            return False
         why = attach_blocks(self, gguf_path)
         self._lib = qkernel.library() if why is None else None
         if why is None:
@@ -165,7 +187,7 @@ class TargetModel:
 
         lib = qkernel.library()
         mats = [w for L in self.layers for w in (L.wqkv, L.wo, L.w13, L.w2)] + [self.lm_head]
-        if lib is None or self.dtype != torch.float32 or self.device.type != "cpu" or any(w.shape[1] % 32 for w in mats):
+        if lib is None or self.dtype != torch.float32 or not _uses_kernel(self.device) or any(w.shape[1] % 32 for w in mats):
             return False
         if any(L.bqkv is not None for L in self.layers):
             return False
@@ -183,6 +205,9 @@ class TargetModel:
 
     # ------------------------------------------------------------------ helpers
     def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
+        """An empty KV cache; on CUDA with graphs, pooled storage whose captured graphs are reused."""
+        if self._cache_pool is not None and batch == 1:
+            return self._cache_pool.acquire(max_len)
         return KVCache(self.cfg, max_len, batch, self.dtype, self.device)
 
     def rope(self, positions: torch.Tensor):
@@ -249,9 +274,21 @@ class TargetModel:
         positions = positions.to(self.device)
         if positions.dim() == 1:
             positions = positions[None].expand(B, T)
+        if self.cuda_graphs:
+            from . import cudagraph
+
+            graphed = cudagraph.try_forward(self, tokens, cache, positions, tree_mask, taps)
+            if graphed is not None:
+                logits, out_taps = graphed
+                if logits_at is not None:
+                    logits = logits[:, logits_at.to(logits.device)]
+                elif last_only:
+                    logits = logits[:, -1:]
+                cache.pending = T
+                return ForwardOut(logits=logits, taps=out_taps)
         cos, sin = self.rope(positions)
         out_taps = {}
-        lib = self._lib if blocks and self.blocks is not None else None
+        lib = self._lib if blocks and self.blocks is not None and _uses_kernel(tokens.device) else None
         short = B == 1 and T <= self.fused_max_tokens and cache.key_mask is None and cache.k.is_contiguous()
         if lib is not None and FUSED_LAYERS and short:
             x = self._layers_fused(tokens, cache, cos, sin, tree_mask, taps, out_taps)
@@ -272,12 +309,14 @@ class TargetModel:
         cfg, T, L = self.cfg, tokens.shape[1], cache.length
         x = F.embedding(tokens[0], self.embed).contiguous()  # [T, H], updated in place
         cos, sin = cos[0, 0].contiguous(), sin[0, 0].contiguous()
+        cpu = x.device  # the fused layers run on CPU models only (_uses_kernel)
         if tree_mask is not None:
-            mask = tree_mask.to(torch.uint8).reshape(T, T).contiguous()
+            mask = tree_mask.to(cpu, torch.uint8).reshape(T, T).contiguous()
         else:
-            mask = torch.ones(T, T, dtype=torch.uint8).tril() if T > 1 else None
+            mask = torch.ones(T, T, dtype=torch.uint8, device=cpu).tril() if T > 1 else None
         mptr = None if mask is None else mask.data_ptr()
-        work = torch.empty(T * (cfg.hidden_size + self.q_dim + 2 * self.kv_dim + self.q_dim + 3 * self.blocks[0].w2.k))
+        work = torch.empty(T * (cfg.hidden_size + self.q_dim + 2 * self.kv_dim + self.q_dim + 3 * self.blocks[0].w2.k),
+                           device=cpu)
         per_layer = cache.k[0].numel() * cache.k.element_size()
         kp, vp = cache.k.data_ptr(), cache.v.data_ptr()
         threads, call = torch.get_num_threads(), self._lib.layer_forward
@@ -295,49 +334,77 @@ class TargetModel:
         mask, causal = self._mask(cache, B, T, tree_mask)
         nh, nkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         x = F.embedding(tokens, self.embed)
-        for i, layer in enumerate(self.layers):
-            lb = self.blocks[i] if lib is not None else None
-            if i in taps:
-                out_taps[i] = x
-            h = rms_norm(x, layer.attn_norm, cfg.rms_eps)
-            qkv = _linear(h, layer.wqkv, lb and lb.wqkv, lib, layer.bqkv)
-            qk = qkv[..., : self.q_dim + self.kv_dim].reshape(B, T, nh + nkv, hd).transpose(1, 2)
-            qk = qk * cos + rotate_half(qk) * sin  # q and k heads rotated together
-            q, k = qk[:, :nh], qk[:, nh:]
-            v = qkv[..., self.q_dim + self.kv_dim :].reshape(B, T, nkv, hd).transpose(1, 2)
+
+        def attend(i, q, k, v):
             cache.k[i, :, :, L : L + T] = k
             cache.v[i, :, :, L : L + T] = v
             keys = cache.k[i, :, :, : L + T]
             vals = cache.v[i, :, :, : L + T]
-            a = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, is_causal=causal, enable_gqa=nkv != nh)
-            x = x + _linear(a.transpose(1, 2).reshape(B, T, self.q_dim), layer.wo, lb and lb.wo, lib)
-            h = rms_norm(x, layer.mlp_norm, cfg.rms_eps)
-            gate, up = _linear(h, layer.w13, lb and lb.w13, lib).chunk(2, dim=-1)
-            x = x + _linear(F.silu(gate) * up, layer.w2, lb and lb.w2, lib)
+            return F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, is_causal=causal, enable_gqa=nkv != nh)
+
+        for i in range(cfg.n_layers):
+            if i in taps:
+                out_taps[i] = x
+            x = self.layer(i, x, cos, sin, attend, self.blocks[i] if lib is not None else None, lib)
         return x
+
+    def layer(self, i, x, cos, sin, attend, lb=None, lib=None) -> torch.Tensor:
+        """Decoder layer i on x [B, T, H]; `attend(i, q, k, v)` stores k/v in a cache and mixes
+        (the eager pass slices the cache, a CUDA graph writes and attends over static storage)."""
+        cfg, layer = self.cfg, self.layers[i]
+        B, T = x.shape[:2]
+        nh, nkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        h = rms_norm(x, layer.attn_norm, cfg.rms_eps)
+        qkv = _linear(h, layer.wqkv, lb and lb.wqkv, lib, layer.bqkv)
+        qk = qkv[..., : self.q_dim + self.kv_dim].reshape(B, T, nh + nkv, hd).transpose(1, 2)
+        qk = qk * cos + rotate_half(qk) * sin  # q and k heads rotated together
+        q, k = qk[:, :nh], qk[:, nh:]
+        v = qkv[..., self.q_dim + self.kv_dim :].reshape(B, T, nkv, hd).transpose(1, 2)
+        a = attend(i, q, k, v)
+        x = x + _linear(a.transpose(1, 2).reshape(B, T, self.q_dim), layer.wo, lb and lb.wo, lib)
+        h = rms_norm(x, layer.mlp_norm, cfg.rms_eps)
+        gate, up = _linear(h, layer.w13, lb and lb.w13, lib).chunk(2, dim=-1)
+        return x + _linear(F.silu(gate) * up, layer.w2, lb and lb.w2, lib)
+
+    @torch.inference_mode()
+    def weight_pass(self, x: torch.Tensor) -> torch.Tensor:
+        """The bare matrix products of one pass over x [T, H] (every weight read once, no
+        attention), with the weights the runtime uses: what bench's weight-read floor times."""
+        lib = self._lib if self.blocks is not None and _uses_kernel(x.device) else None
+        for i, L in enumerate(self.layers):
+            lb = self.blocks[i] if lib is not None else None
+            _linear(x, L.wqkv, lb and lb.wqkv, lib)
+            _linear(x, L.wo, lb and lb.wo, lib)
+            _linear(x, L.w13, lb and lb.w13, lib)
+            _linear(x.new_zeros(x.shape[0], L.w2.shape[1]), L.w2, lb and lb.w2, lib)
+        return self.logits(x)
 
     def logits(self, x: torch.Tensor, blocks: bool = True) -> torch.Tensor:
         """The LM head (fp32 out); from the GGUF blocks when the model has them."""
-        if blocks and self.lm_head_blocks is not None:
+        if blocks and self.lm_head_blocks is not None and _uses_kernel(x.device):
             return self.lm_head_blocks.matmul(x, self._lib)
         return F.linear(x, self.lm_head).float()
 
     __call__ = forward
 
 
-def load_target(spec=None, dtype=torch.float32, device=None, progress=None, block_weights: bool = True) -> "Target":
+def load_target(spec=None, dtype=None, device=None, progress=None, block_weights: bool = True) -> "Target":
     """Load a checkpoint (default: SmolLM2) into the runtime together with its tokenizer.
 
-    The default model in fp32 on CPU also multiplies from its GGUF blocks (`block_weights`).
+    Defaults: the GPU when there is one, and that device's precision (`loading.default_dtype`:
+    bf16 on a GPU, fp32 on a CPU). The default model in fp32 on CPU also multiplies from its GGUF
+    blocks (`block_weights`).
     """
-    from .loading import DEFAULT_MODEL, default_gguf_path, load_checkpoint
+    from .loading import DEFAULT_MODEL, default_device, default_dtype, default_gguf_path, load_checkpoint
     from .tokenizer import ChatTokenizer
 
     if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = default_device()
+    if dtype is None:
+        dtype = default_dtype(device)
     ck = load_checkpoint(spec, progress=progress)
     model = TargetModel(ck.config, ck.state_dict, dtype=dtype, device=device, name=ck.name)
-    if block_weights and ck.name == DEFAULT_MODEL and model.dtype == torch.float32 and model.device.type == "cpu":
+    if block_weights and ck.name == DEFAULT_MODEL and model.dtype == torch.float32 and _uses_kernel(model.device):
         model.use_block_weights(default_gguf_path())
     return Target(model=model, tokenizer=ChatTokenizer(ck.folder), folder=ck.folder)
 

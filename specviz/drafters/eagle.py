@@ -60,7 +60,7 @@ class EagleDrafter(Drafter):
         m = self.head.m
         self.cache = HeadCache(1, m.n_kv_heads, max(256, len(context) + 256), m.head_dim, self.dtype, self.device)
         self.tokens = list(context)  # tokens whose features are known (processed by the target)
-        self.feats = self._features(taps) if context else torch.zeros(0, m.hidden_size, dtype=self.dtype)
+        self.feats = self._features(taps) if context else torch.zeros(0, m.hidden_size, dtype=self.dtype, device=self.device)
         # feats[j] pairs with tokens[j + 1] (or the root); entries < cache.length are committed
 
     def commit(self, processed, taps):

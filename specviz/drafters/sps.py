@@ -54,7 +54,7 @@ class SpSDrafter(Drafter):
         self._ensure(len(full))
         L = min(self.cache.length, len(full) - 1)
         self.cache.truncate(L)
-        out = self.draft.forward(torch.tensor([full[L:]]), self.cache, last_only=True)
+        out = self.draft.forward(torch.tensor([full[L:]], device=self.draft.device), self.cache, last_only=True)
         self.cache.commit()
         committed = self.cache.length
         toks, qs, dists = [], [], {}
@@ -66,7 +66,7 @@ class SpSDrafter(Drafter):
             qs.append(float(dist[t]))
             if i == self.gamma - 1:
                 break
-            out = self.draft.forward(torch.tensor([[t]]), self.cache)
+            out = self.draft.forward(torch.tensor([[t]], device=self.draft.device), self.cache)
             self.cache.commit()
             logits = out.logits[0, -1]
             dist = probs(logits, params) if not params.greedy else logits.softmax(-1)

@@ -87,7 +87,8 @@ def lm_blocks_fit(x: torch.Tensor) -> bool:
     """Whether the target's LM head blocks should serve these features (few fp32 rows, no gradient)."""
     from ..blockweights import MAX_BLOCK_ROWS
 
-    return x.dtype == torch.float32 and x.numel() <= MAX_BLOCK_ROWS * x.shape[-1] and not torch.is_grad_enabled()
+    return (x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() <= MAX_BLOCK_ROWS * x.shape[-1]
+            and not torch.is_grad_enabled())
 
 
 class EagleHeadBase(nn.Module):
@@ -114,7 +115,9 @@ class EagleHeadBase(nn.Module):
         return self
 
     def embed(self, tokens):
-        return F.embedding(tokens, self._embed).to(self.fc.weight.dtype)
+        """The target's embedding of `tokens`, on the head's device and in its dtype."""
+        w = self.fc.weight
+        return F.embedding(tokens.to(self._embed.device), self._embed).to(w.device, w.dtype)
 
     # per-architecture pieces -------------------------------------------------
     def layer_qkv(self, emb, hidden, cos, sin):
@@ -183,9 +186,9 @@ class EagleHeadBase(nn.Module):
         cache.v[:, :, L + offset : L + offset + T] = v
         keys, vals = cache.k[:, :, : L + offset + T], cache.v[:, :, : L + offset + T]
         if block is None:
-            block = torch.cat([torch.ones(T, offset, dtype=torch.bool),
-                               torch.ones(T, T, dtype=torch.bool).tril()], dim=1)
-        mask = block_mask(L, block, T, tokens.device)
+            block = torch.cat([torch.ones(T, offset, dtype=torch.bool, device=emb.device),
+                               torch.ones(T, T, dtype=torch.bool, device=emb.device).tril()], dim=1)
+        mask = block_mask(L, block, T, emb.device)
         return self.layer_post(lay.self_attn.attend(q, keys, vals, mask=mask), res)
 
 
@@ -215,8 +218,8 @@ class Eagle1Head(EagleHeadBase):
         """Target-vocab logits of predicted features (optionally only for `vocab_ids`)."""
         if vocab_ids is None and self._lm_blocks is not None and lm_blocks_fit(out):
             return self._lm_blocks.matmul(out)
-        w = self._lm_head if vocab_ids is None else self._lm_head[vocab_ids]
-        return F.linear(out, w.to(out.dtype))
+        w = self._lm_head if vocab_ids is None else self._lm_head[vocab_ids.to(self._lm_head.device)]
+        return F.linear(out.to(w.device), w.to(out.dtype))
 
 
 class Eagle3Head(EagleHeadBase):
@@ -240,8 +243,8 @@ class Eagle3Head(EagleHeadBase):
 
     def set_vocab(self, draft_ids: torch.Tensor):
         """Install the draft vocabulary: target ids sorted ascending."""
-        ids = torch.as_tensor(draft_ids, dtype=torch.long).sort().values
-        self.d2t.copy_(ids - torch.arange(len(ids)))
+        ids = torch.as_tensor(draft_ids, dtype=torch.long, device=self.d2t.device).sort().values
+        self.d2t.copy_(ids - torch.arange(len(ids), device=ids.device))
         self.t2d.zero_()
         self.t2d[ids] = True
 

@@ -84,12 +84,15 @@ def detect_method(sd: dict) -> str:
     raise SpecVizError("Unrecognised head checkpoint: expected EAGLE-1 (layers.0.*), EAGLE-3 (midlayer.*) or Medusa keys.")
 
 
-def load_head(folder, target_cfg=None, device="cpu", dtype=torch.float32, target=None):
+def load_head(folder, target_cfg=None, device=None, dtype=torch.float32, target=None):
     """Load a head folder; check it against `target_cfg` (a ModelConfig) and bind it to `target`.
 
-    `target` (a TargetModel) supplies the embedding and LM head the head shares.
+    `target` (a TargetModel) supplies the embedding and LM head the head shares; the head goes
+    to the target's device unless `device` says otherwise (default without a target: the CPU).
     """
     folder = Path(folder)
+    if device is None:
+        device = target.device if target is not None else "cpu"
     if not (folder / "config.json").is_file():
         raise SpecVizError(f"{folder} is not a head folder: it must hold config.json and the weights.")
     try:

@@ -57,8 +57,8 @@ class MedusaHeads(nn.Module):
 
         if vocab_ids is None and self._lm_blocks is not None and lm_blocks_fit(feats):
             return self._lm_blocks.matmul(feats)
-        w = self._lm_head if vocab_ids is None else self._lm_head[vocab_ids]
-        return F.linear(feats, w.to(feats.dtype))
+        w = self._lm_head if vocab_ids is None else self._lm_head[vocab_ids.to(self._lm_head.device)]
+        return F.linear(feats.to(w.device), w.to(feats.dtype))
 
     # Medusa's key names are "{i}.{j}.linear.*"; ours live under "heads."
     def public_state(self):

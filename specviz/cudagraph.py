@@ -1,0 +1,219 @@
+"""CUDA graphs for the target's short passes: decoding and tree verification without launch overhead.
+
+On a GPU a 135M model's pass is a few hundred small kernels; launching them from Python costs
+more than running them (13-22 ms per pass whatever its size, measured on an H200). A CUDA graph
+records the kernels of one pass once and replays them with a single launch. Graphs need fixed
+shapes and fixed addresses, so (as in gpt-fast) a graphed pass:
+
+- has one of a few padded sizes (`BUCKETS`: 1, 8, 16, 32, 64 new tokens). Padding rows carry
+  any token, attend only to themselves, and nobody attends to them; their keys land in cache
+  slots after the real ones, which are pending (uncommitted) anyway;
+- attends over the whole static KV cache with a mask computed on the device from the cache
+  length (a tensor), and writes its keys/values with `index_copy_` at `length + row`;
+- reads its inputs from, and leaves its outputs in, static buffers owned by the graph.
+
+The pass itself (`static_pass`) is plain torch and runs on any device: the tests check on a CPU
+that a padded pass gives the unpadded eager pass's logits, taps and cache entries. Only
+`GraphRunner` (capture and replay) needs CUDA; the CPU path never builds one.
+Switch graphs off with SPECVIZ_CUDA_GRAPHS=0.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+import weakref
+
+import torch
+import torch.nn.functional as F
+
+BUCKETS = (1, 8, 16, 32, 64)
+POOL_ROUND = 256  # pooled caches come in multiples of this many positions
+NOTE = "CUDA graphs for passes of up to 64 tokens"
+
+
+def wanted(device) -> bool:
+    """Graphs on CUDA devices unless SPECVIZ_CUDA_GRAPHS=0; never on a CPU."""
+    return torch.device(device).type == "cuda" and os.environ.get("SPECVIZ_CUDA_GRAPHS", "1") != "0"
+
+
+def bucket_for(n: int, buckets=BUCKETS) -> int | None:
+    """The smallest padded size holding n tokens, or None when n is too big to be graphed."""
+    return next((b for b in buckets if b >= n), None)
+
+
+# ----------------------------------------------------------------------------- pure functions
+def pad_inputs(tokens: torch.Tensor, positions: torch.Tensor, tree_mask: torch.Tensor | None, bucket: int):
+    """Pad one pass of T tokens to `bucket` rows: tokens [1, Tb], positions [1, Tb], block [Tb, Tb].
+
+    block[i, j]: row i may see new row j (the tree mask, default causal); a padding row sees only
+    itself (so its softmax is defined) and no real row sees a padding row.
+    """
+    tokens = tokens.reshape(1, -1)
+    T, dev = tokens.shape[1], tokens.device
+    positions = positions.reshape(1, -1).to(dev)
+    pad = bucket - T
+    if pad < 0:
+        raise ValueError(f"{T} tokens do not fit a bucket of {bucket}")
+    block = torch.eye(bucket, dtype=torch.bool, device=dev)
+    if tree_mask is None:
+        block[:T, :T] = torch.ones(T, T, dtype=torch.bool, device=dev).tril()
+    else:
+        block[:T, :T] = tree_mask.reshape(T, T).to(dev, torch.bool)
+    if pad:
+        tokens = torch.cat([tokens, tokens.new_zeros(1, pad)], dim=1)
+        positions = torch.cat([positions, positions[:, -1:].expand(1, pad)], dim=1)
+    return tokens, positions, block
+
+
+def static_mask(length: torch.Tensor, block: torch.Tensor, key_index: torch.Tensor) -> torch.Tensor:
+    """[1, 1, Tb, S] attention mask over the whole cache: committed keys (< length) plus the new
+    block's keys at length + j as `block` allows. `length` is a 0-d tensor, so no host sync."""
+    Tb = block.shape[0]
+    rel = key_index - length  # [S]: key slot relative to the new block
+    committed = rel < 0
+    inside = (rel >= 0) & (rel < Tb)
+    from_block = block[:, rel.clamp(0, Tb - 1)] & inside  # [Tb, S]
+    return (committed[None] | from_block)[None, None]
+
+
+def static_pass(model, k_cache, v_cache, tokens, positions, length, block, key_index, taps=()):
+    """One shape-static target pass: tokens/positions [1, Tb], `length` a 0-d long tensor, block
+    [Tb, Tb]. Writes the new keys/values at slots length .. length+Tb-1 of k_cache/v_cache
+    ([layers, 1, kv_heads, S, head_dim]) and returns (logits [1, Tb, V] fp32, taps)."""
+    cfg = model.cfg
+    nh, nkv = cfg.n_heads, cfg.n_kv_heads
+    Tb = tokens.shape[1]
+    slots = key_index[:Tb] + length
+    mask = static_mask(length, block, key_index)
+    cos, sin = model.rope(positions)
+    x = F.embedding(tokens, model.embed)
+
+    def attend(i, q, k, v):
+        k_cache[i].index_copy_(2, slots, k)
+        v_cache[i].index_copy_(2, slots, v)
+        return F.scaled_dot_product_attention(q, k_cache[i], v_cache[i], attn_mask=mask, enable_gqa=nkv != nh)
+
+    out_taps = {}
+    for i in range(cfg.n_layers):
+        if i in taps:
+            out_taps[i] = x
+        x = model.layer(i, x, cos, sin, attend)
+    from .target import rms_norm
+
+    x = rms_norm(x, model.norm, cfg.rms_eps)
+    if "final" in taps:
+        out_taps["final"] = x
+    return model.logits(x, blocks=False), out_taps
+
+
+# ----------------------------------------------------------------------------- capture and replay
+class _Graph:
+    """One captured pass: its static inputs, the graph, its static outputs."""
+
+    def __init__(self, runner: "GraphRunner", bucket: int, taps: tuple, length: int):
+        # warm-up and capture write keys at length .. length+bucket-1: pending slots, which the
+        # real replay right after overwrites
+        dev = runner.k.device
+        self.tokens = torch.zeros(1, bucket, dtype=torch.long, device=dev)
+        self.positions = torch.zeros(1, bucket, dtype=torch.long, device=dev)
+        self.block = torch.eye(bucket, dtype=torch.bool, device=dev)
+        self.length = torch.full((), length, dtype=torch.long, device=dev)
+        run = lambda: static_pass(runner.model, runner.k, runner.v, self.tokens, self.positions, self.length,  # noqa: E731
+                                  self.block, runner.key_index, taps)
+        stream = torch.cuda.Stream(dev)
+        stream.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(stream):  # warm up off the capture (library handles, kernel choice)
+            for _ in range(2):
+                run()
+        torch.cuda.current_stream(dev).wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=runner.pool, capture_error_mode="thread_local"):
+            self.logits, self.taps = run()
+
+
+class GraphRunner:
+    """The CUDA graphs of one model over one KV cache's storage, one per (bucket, taps).
+
+    Captured lazily on first use of a size (the warm-up writes only pending slots, which the real
+    replay then overwrites). Graphs of one runner share a memory pool; runners do not, so two
+    sessions on two caches can replay at the same time.
+    """
+
+    def __init__(self, model, k: torch.Tensor, v: torch.Tensor):
+        self.model, self.k, self.v = model, k, v
+        self.key_index = torch.arange(k.shape[3], device=k.device)
+        self.pool = torch.cuda.graph_pool_handle()
+        self.graphs: dict[tuple, _Graph] = {}
+        self.lock = threading.Lock()
+
+    def run(self, tokens, positions, tree_mask, length: int, taps: tuple):
+        T = tokens.shape[-1]
+        bucket = bucket_for(T)
+        key = (bucket, taps)
+        with self.lock:
+            g = self.graphs.get(key)
+            if g is None:
+                g = self.graphs[key] = _Graph(self, bucket, taps, length)
+            tok, pos, block = pad_inputs(tokens, positions, tree_mask, bucket)
+            g.tokens.copy_(tok, non_blocking=True)
+            g.positions.copy_(pos, non_blocking=True)
+            g.block.copy_(block, non_blocking=True)
+            g.length.fill_(length)
+            g.graph.replay()
+            # outputs are overwritten by the next replay: hand out copies of the real rows
+            return g.logits[:, :T].clone(), {k: v[:, :T].clone() for k, v in g.taps.items()}
+
+
+def try_forward(model, tokens, cache, positions, tree_mask, taps):
+    """A graphed pass when this one can be (batch 1, <= 64 tokens, room in the cache), else None."""
+    T = tokens.shape[-1]
+    bucket = bucket_for(T)
+    L = cache.length
+    if bucket is None or tokens.shape[0] != 1 or cache.key_mask is not None or L + bucket > cache.max_len:
+        return None
+    taps = tuple(taps)
+    try:
+        if cache.graphs is None:
+            cache.graphs = GraphRunner(model, cache.k, cache.v)
+        return cache.graphs.run(tokens, positions, tree_mask, L, taps)
+    except Exception as e:  # a capture that fails must not take the engine down: run eagerly from now on
+        warnings.warn(f"CUDA graph capture failed ({type(e).__name__}: {e}); running without graphs.", stacklevel=2)
+        model.cuda_graphs = False
+        model.kernel_note = model.kernel_note.replace(f", {NOTE}", "") + " (CUDA graphs failed)"
+        return None
+
+
+class CachePool:
+    """Reuses KV cache storage (and the graphs captured over it) across decoders of one model.
+
+    A cache handed out here returns its storage to the pool when it is garbage-collected, so the
+    next prompt replays the graphs of the last instead of capturing new ones.
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self.free: dict[int, list] = {}
+        self.lock = threading.Lock()
+
+    def acquire(self, max_len: int):
+        from .target import KVCache
+
+        size = -(-max_len // POOL_ROUND) * POOL_ROUND
+        with self.lock:
+            free = self.free.setdefault(size, [])
+            k, v, graphs = free.pop() if free else (None, None, None)
+        if k is None:
+            m = self.model
+            shape = (m.cfg.n_layers, 1, m.cfg.n_kv_heads, size, m.cfg.head_dim)
+            k = torch.zeros(shape, dtype=m.dtype, device=m.device)
+            v = torch.zeros(shape, dtype=m.dtype, device=m.device)
+            graphs = GraphRunner(self.model, k, v)
+        cache = KVCache.over(k, v, graphs)
+        weakref.finalize(cache, self._release, size, (k, v, graphs))  # must not reference `cache`
+        return cache
+
+    def _release(self, size, entry):
+        with self.lock:
+            self.free.setdefault(size, []).append(entry)
