@@ -8,6 +8,7 @@ import streamlit as st
 from specviz.appstate import page_setup, lang, tr
 from specviz.viz import figure_html, toy_chain_figure, toy_sim_figure, toy_two_figure
 from specviz.viz import toy
+from specviz.viz.compare import draw_bars_figure, u_threshold_figure
 
 page_setup()
 L = lang()
@@ -41,18 +42,64 @@ with cq:
 p_raw = np.array([st.session_state[f"toy_p{i}"] for i in range(len(V))])
 q_raw = np.array([st.session_state[f"toy_q{i}"] for i in range(len(V))])
 if q_raw.sum() <= 0 or p_raw.sum() <= 0:
-    st.error("p and q each need some probability mass." if L == "en" else "p 和 q 都需要有非零概率。")
+    st.error(tr("toyx.need_mass"))
     st.stop()
 parts = toy.chain_rule(p_raw, q_raw)
 
 c = st.columns(3)
 c[0].metric(tr("toy.alpha"), f"{parts.alpha:.3f}")
 c[1].metric("TV(p, q)", f"{toy.tv_distance(parts.p, parts.q):.3f}")
-c[2].metric(tr("toy.max_err", e=0).split("=")[0].strip(), f"{np.abs(parts.output - parts.p).max():.1e}")
+c[2].metric(tr("toyx.max_err_label"), f"{np.abs(parts.output - parts.p).max():.1e}")
 fig = toy_chain_figure(V, parts, L)
 st.plotly_chart(fig, key="toy_chain", config={"displaylogo": False})
 st.caption(tr("toy.residual") + ": " + ", ".join(f"{w} {r:.3f}" for w, r in zip(V, parts.residual)))
 st.download_button(tr("c.download_html"), lambda: figure_html(fig), file_name="acceptance_rule.html", mime="text/html", key="dl_toy")
+
+
+# ---------------------------------------------------------------------- one draw, step by step
+st.divider()
+st.subheader(tr("toyx.step_title"))
+st.markdown(tr("toyx.step_intro"))
+if "toy_draw_seed" not in st.session_state:
+    st.session_state["toy_draw_seed"] = 0
+
+
+def new_draw():
+    st.session_state["toy_draw_seed"] += 1
+    st.session_state["toy_step"] = 1
+
+
+STEPS = [1, 2, 3, 4]
+sc = st.columns([3, 1])
+step = sc[0].select_slider(tr("toyx.step"), STEPS, value=1, key="toy_step", format_func=lambda k: tr(f"toyx.step{k}"))
+sc[1].button(tr("toyx.new_draw"), key="toy_new_draw", on_click=new_draw)
+d = toy.single_draw(parts.p, parts.q, seed=int(st.session_state["toy_draw_seed"]))
+xw = V[d.x]
+s1, s2 = st.columns(2)
+with s1:
+    st.plotly_chart(draw_bars_figure(V, parts.q, d.x, L, name=tr("toyx.q_title"), color="#7f7f7f"), key="toy_step_q",
+                    config={"displaylogo": False})
+    st.markdown(tr("toyx.s1", tok=xw, q=d.qx))
+with s2:
+    if step >= 2:
+        st.plotly_chart(u_threshold_figure(d.u, d.threshold, L), key="toy_step_u", config={"displaylogo": False})
+        st.markdown(tr("toyx.s2", tok=xw, p=d.px, q=d.qx, a=d.threshold, u=d.u)
+                    + " " + tr("toyx.s2_accept" if d.accepted else "toyx.s2_reject"))
+if step >= 3:
+    if d.accepted:
+        st.success(tr("toyx.s3_accepted", tok=xw))
+    else:
+        st.plotly_chart(draw_bars_figure(V, d.residual, d.y, L, name=tr("toyx.res_title"), color="#ff7f0e"),
+                        key="toy_step_res", config={"displaylogo": False})
+        st.warning(tr("toyx.s3_resampled", tok=V[d.y], r=float(d.residual[d.y]), x=xw))
+if step >= 4:
+    if d.accepted:
+        st.plotly_chart(draw_bars_figure(V, d.bonus_dist, d.bonus, L, name=tr("toyx.bonus_title")), key="toy_step_bonus",
+                        config={"displaylogo": False})
+        st.info(tr("toyx.s4_bonus", tok=V[d.bonus], p=float(d.bonus_dist[d.bonus])))
+    else:
+        st.info(tr("toyx.s4_no_bonus"))
+st.markdown(tr("toyx.onehot"))
 
 sc = st.columns([2, 1])
 n = sc[0].select_slider(tr("toy.draws"), [100, 1000, 10000, 100000], value=10000, key="toy_n")

@@ -136,3 +136,38 @@ PRESETS = {
     "identical": ([0.40, 0.25, 0.15, 0.12, 0.08], [0.40, 0.25, 0.15, 0.12, 0.08]),
 }
 TOY_VOCAB = ["cat", "dog", "bird", "fish", "frog"]
+
+
+@dataclass
+class SingleDraw:
+    """One pass of the chain rule with its random numbers, for the step-by-step view."""
+
+    x: int  # draft token, x ~ q
+    px: float
+    qx: float
+    threshold: float  # min(1, p(x)/q(x))
+    u: float  # uniform draw: accept when u < threshold
+    accepted: bool
+    residual: np.ndarray  # norm(max(p - q, 0)): where a rejection draws from
+    y: int | None  # the correction drawn from the residual (None when accepted)
+    bonus: int | None  # after an accepted last draft: the target's own next token (None when rejected)
+    bonus_dist: np.ndarray  # the distribution the bonus is drawn from
+
+
+def single_draw(p, q, seed: int = 0, p_next=None) -> SingleDraw:
+    """Draw x ~ q, u ~ U(0, 1); accept when u < min(1, p(x)/q(x)), else draw from the residual.
+    After an accepted last draft the target adds a bonus token from its next position's
+    distribution `p_next` (a toy has no next position: p itself by default)."""
+    parts = chain_rule(p, q)
+    rng = np.random.default_rng(seed)
+    V = len(parts.p)
+    x = int(rng.choice(V, p=parts.q))
+    u = float(rng.random())
+    px, qx = float(parts.p[x]), float(parts.q[x])
+    thr = min(1.0, px / qx) if qx > 0 else 0.0
+    accepted = u < thr
+    res = parts.residual if parts.residual.sum() > 0 else parts.p
+    nxt = parts.p if p_next is None else normalise(p_next)
+    y = None if accepted else int(rng.choice(V, p=res))
+    bonus = int(rng.choice(V, p=nxt)) if accepted else None
+    return SingleDraw(x, px, qx, thr, u, accepted, res, y, bonus, nxt)
