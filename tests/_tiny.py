@@ -14,7 +14,8 @@ def tiny_config(hidden=64, vocab=128, layers=8) -> ModelConfig:
                        eos_token_ids=(1,))
 
 
-def tiny_target(seed=0, **kw) -> TargetModel:
+def tiny_target(seed=0, device="cpu", dtype=torch.float32, **kw) -> TargetModel:
+    """Random weights drawn on the CPU (the same model whatever the device), then moved to `device`."""
     cfg = tiny_config(**kw)
     g = torch.Generator().manual_seed(seed)
     H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
@@ -28,7 +29,7 @@ def tiny_target(seed=0, **kw) -> TargetModel:
                    p + "self_attn.v_proj.weight": r(kv, H), p + "self_attn.o_proj.weight": r(H, H),
                    p + "mlp.gate_proj.weight": r(I, H), p + "mlp.up_proj.weight": r(I, H),
                    p + "mlp.down_proj.weight": r(H, I)})
-    return TargetModel(cfg, sd, name="tiny")
+    return TargetModel(cfg, sd, dtype=dtype, device=device, name="tiny")
 
 
 def tiny_data(folder, model: TargetModel, n_train=16, n_held=8, new=16, seed=0):
@@ -68,8 +69,8 @@ class TinyTokenizer:
         return None
 
 
-def tiny_target_bundle(seed=0, **kw):
+def tiny_target_bundle(seed=0, device="cpu", **kw):
     """A `Target` (model + tokenizer) around the tiny model, for engine tests."""
     from specviz.target import Target
 
-    return Target(model=tiny_target(seed, **kw), tokenizer=TinyTokenizer(), folder=None)
+    return Target(model=tiny_target(seed, device=device, **kw), tokenizer=TinyTokenizer(), folder=None)

@@ -1,0 +1,332 @@
+"""Every method on every device: a tiny random Llama target with random EAGLE-1/EAGLE-3/Medusa heads
+and a tiny SpS model (built here, nothing downloaded), driven through SpeculativeDecoder.
+
+The same tests run on the CPU always and on CUDA where torch sees a GPU (skipped, with the reason,
+elsewhere): greedy output identical to vanilla, the exact losslessness check of one round, replay
+of rounds, bench's JSON. The CUDA-graph pass is checked on the CPU too: padded to a bucket it
+gives the eager pass's logits, taps and cache entries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _tiny import tiny_target, tiny_target_bundle  # noqa: E402
+
+from specviz import cudagraph  # noqa: E402
+from specviz.drafters.base import NoDraft  # noqa: E402
+from specviz.drafters.eagle import EagleDrafter  # noqa: E402
+from specviz.drafters.medusa import MedusaDrafter  # noqa: E402
+from specviz.drafters.pld import PromptLookupDrafter  # noqa: E402
+from specviz.drafters.sps import SpSDrafter  # noqa: E402
+from specviz.engine import SpeculativeDecoder, vanilla_generate  # noqa: E402
+from specviz.heads import Eagle1Head, Eagle3Head, MedusaHeads, head_config_from_target  # noqa: E402
+from specviz.sampling import SamplingParams, probs  # noqa: E402
+
+NO_CUDA = "no CUDA device: the GPU cases run where torch sees one (scripts/gpu_check.sh)"
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA))]
+METHODS = ["vanilla", "pld", "sps", "medusa", "eagle1", "eagle2", "eagle3"]
+# repeats so that prompt lookup finds n-grams to copy
+PROMPT = [5, 9, 17, 33, 2, 8, 60, 61, 5, 9, 17, 33, 2, 8, 70, 71, 5, 9, 17]
+NEW = 20
+
+
+def _random_init(module: torch.nn.Module, seed: int, scale: float = 1.0):
+    """Seeded weights drawn on the CPU: the same head on every device."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            r = torch.randn(p.shape, generator=g)
+            if p.dim() > 1:
+                p.copy_(r * scale / p.shape[1] ** 0.5)
+            else:  # norm weights near 1, biases near 0
+                p.copy_((1.0 if "norm" in name else 0.0) + 0.1 * r)
+    return module
+
+
+class Kit:
+    """The tiny target and one of each drafter's weights, on one device."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.target = tiny_target_bundle(seed=1, device=device)
+        model = self.target.model
+        cfg = model.cfg
+        self.e1 = _random_init(Eagle1Head(head_config_from_target(cfg, bias=True)), 2, 3.0)
+        self.e3 = Eagle3Head(head_config_from_target(cfg, draft_vocab_size=96))
+        _random_init(self.e3, 3, 3.0)
+        self.e3.set_vocab(torch.randperm(cfg.vocab_size, generator=torch.Generator().manual_seed(4))[:96])
+        self.medusa = _random_init(MedusaHeads(dict(hidden_size=cfg.hidden_size, vocab_size=cfg.vocab_size,
+                                                    medusa_num_heads=3, medusa_num_layers=1)), 5, 0.3)
+        for h in (self.e1, self.e3, self.medusa):
+            h.to(device).bind(model.embed, model.lm_head).eval()
+        # SpS: the target with its MLP weights perturbed, so drafts are often but not always right
+        self.draft = tiny_target(seed=1, device=device)
+        g = torch.Generator().manual_seed(6)
+        for L in self.draft.layers:
+            L.w13.add_((0.02 * torch.randn(L.w13.shape, generator=g)).to(device))
+
+    def drafter(self, method: str):
+        model = self.target.model
+        return {
+            "vanilla": lambda: NoDraft(),
+            "pld": lambda: PromptLookupDrafter(),
+            "sps": lambda: SpSDrafter(self.draft, gamma=3),
+            "medusa": lambda: MedusaDrafter(self.medusa, model),
+            "eagle1": lambda: EagleDrafter(self.e1, model, name="eagle1", tree="static"),
+            "eagle2": lambda: EagleDrafter(self.e1, model, name="eagle2", tree="dynamic", depth=4, top_k=4, total_tokens=12),
+            "eagle3": lambda: EagleDrafter(self.e3, model, name="eagle3", tree="dynamic", depth=4, top_k=4, total_tokens=12),
+        }[method]()
+
+
+@pytest.fixture(scope="module", params=DEVICES)
+def kit(request):
+    return Kit(request.param)
+
+
+@pytest.fixture(scope="module")
+def vanilla_tokens(kit):
+    return vanilla_generate(kit.target, PROMPT, NEW, chat=False).tokens
+
+
+def _on(t: torch.Tensor, device: str) -> bool:
+    return t.device.type == torch.device(device).type
+
+
+# ----------------------------------------------------------------------------- the methods
+@pytest.mark.parametrize("method", METHODS)
+def test_greedy_identical_to_vanilla(kit, vanilla_tokens, method):
+    dec = SpeculativeDecoder(kit.target, kit.drafter(method), SamplingParams(), seed=0)
+    res = dec.generate(PROMPT, NEW, chat=False)
+    assert res.tokens == vanilla_tokens, method
+    assert _on(dec.cache.k, kit.device)
+    if method in ("pld", "sps"):
+        assert res.rounds < len(res.tokens), f"{method} should get drafts accepted on this prompt"
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_one_round_is_exactly_lossless(kit, method):
+    """The exact distribution of a real round's output equals the target's (temperature 1)."""
+    from specviz.lossless import exact_max_diff
+
+    params = SamplingParams(temperature=1.0)
+    drafter = kit.drafter(method)
+    dec = SpeculativeDecoder(kit.target, drafter, params, seed=1)
+    dec.start(PROMPT, NEW, chat=False)
+    for _ in range(2):
+        dec.step()
+    tree = drafter.propose(dec.context, dec.root, params, dec.generator)
+    if method != "vanilla":
+        assert len(tree) > 1, f"{method} drafted nothing: the check would be trivial"
+    model = kit.target.model
+    cache = dec.cache.clone()
+    out = model.forward(torch.tensor([tree.tokens], device=model.device), cache,
+                        positions=tree.position_ids(cache.length), tree_mask=tree.attention_mask())
+    assert _on(out.logits, kit.device)
+    p = probs(out.logits[0], params).cpu()
+    kmax = 1 if tree.sampled else min(3, tree.max_depth + 1)
+    for k in range(1, kmax + 1):
+        assert exact_max_diff(tree, p, params, k=k) < 1e-6, (method, k)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_replay_reproduces_rounds(kit, method):
+    dec = SpeculativeDecoder(kit.target, kit.drafter(method), SamplingParams(temperature=1.0), seed=5)
+    dec.start(PROMPT, NEW, chat=False)
+    dec.step()
+    snap = dec.snapshot()
+    first = [dec.step() for _ in range(3) if not dec.done]
+    dec.restore(snap)
+    again = [dec.step() for _ in range(len(first))]
+    strip = lambda t: {**dataclasses.asdict(t), "draft_time_s": 0, "verify_time_s": 0, "total_time_s": 0}  # noqa: E731
+    assert [strip(t) for t in first] == [strip(t) for t in again]
+
+
+def test_bench_writes_its_json(kit, tmp_path, monkeypatch):
+    from specviz import bench, target as target_mod
+
+    load = lambda *a, **k: kit.target  # noqa: E731
+    monkeypatch.setattr(target_mod, "load_target", load)
+    monkeypatch.setattr(bench, "load_target", load, raising=False)
+    monkeypatch.setattr(bench, "make_drafter", lambda method, target, **kw: kit.drafter(method))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"question_id": 0, "category": "a", "turns": [" ".join(map(str, PROMPT))]}))
+    out = tmp_path / "r.json"
+    threads = torch.get_num_threads()
+    try:  # one thread: a tiny model's many small ops only fight over a shared CPU
+        assert bench.main(["--methods", ",".join(METHODS), "--prompts", str(prompts), "--max-new-tokens", "10",
+                           "--device", kit.device, "--threads", "1", "--out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    res = json.loads(out.read_text())["by_dtype"]["fp32"]["methods"]
+    assert list(res) == METHODS
+    for m, s in res.items():
+        assert s["identical_to_vanilla"] is True, m
+        assert s["tokens_per_s"] > 0 and s["tau"] >= 1.0
+    assert res["vanilla"]["speedup_vs_vanilla"] == pytest.approx(1.0)
+
+
+# ----------------------------------------------------------------------------- device plumbing
+def test_everything_lives_on_the_device(kit):
+    model = kit.target.model
+    assert _on(model.embed, kit.device) and _on(model.new_cache(16).k, kit.device)
+    for h in (kit.e1, kit.e3, kit.medusa):
+        assert all(_on(p, kit.device) for p in h.parameters())
+    tokens = torch.tensor([[3, 4]], device=model.device)
+    assert _on(kit.e1.embed(tokens), kit.device) and _on(kit.e1.embed(tokens.cpu()), kit.device)
+    feats = torch.zeros(2, model.cfg.hidden_size)  # features on the CPU still meet an LM head on the device
+    assert _on(kit.medusa.logits(feats), kit.device) and _on(kit.e1.logits(feats), kit.device)
+    if kit.device == "cpu":
+        assert not model.cuda_graphs and model.new_cache(16).graphs is None
+    else:
+        assert model.blocks is None and model._lib is None  # the C++ block kernel is CPU-only
+
+
+def test_sample_takes_a_generator_on_either_device(kit):
+    from specviz.sampling import new_generator, sample
+
+    dist = torch.softmax(torch.randn(50, generator=torch.Generator().manual_seed(0)), -1).to(kit.device)
+    for gen_device in {"cpu", kit.device}:
+        a = [sample(dist, new_generator(7, gen_device)) for _ in range(2)]
+        assert a[0] == a[1]  # same state, same token
+        g = new_generator(7, gen_device)
+        state = g.get_state()
+        x = [sample(dist, g) for _ in range(5)]
+        g.set_state(state)
+        assert [sample(dist, g) for _ in range(5)] == x
+    # the CPU draw is the one sample() always made: torch.rand(1, float64) from the generator
+    g1, g2 = new_generator(3), torch.Generator().manual_seed(3)
+    cdf = dist.double().cpu().cumsum(-1)
+    u = torch.rand(1, generator=g2, dtype=torch.float64) * cdf[-1]
+    assert sample(dist, g1) == int(torch.searchsorted(cdf, u, right=True))
+
+
+def test_default_dtype_is_bf16_on_a_gpu_fp32_on_a_cpu():
+    from specviz.loading import default_dtype
+
+    assert default_dtype("cpu") == torch.float32
+    assert default_dtype("cuda") == torch.bfloat16
+    assert default_dtype(torch.device("cuda", 0)) == torch.bfloat16
+
+
+def test_block_kernel_refuses_tensors_off_the_cpu():
+    from specviz.blockweights import quantize_q8_0
+
+    bw = quantize_q8_0(torch.randn(8, 64))
+    with pytest.raises(ValueError, match="CPU only"):
+        bw.matmul(torch.zeros(1, 64, device="meta"))
+
+
+# ----------------------------------------------------------------------------- CUDA-graph pieces on a CPU
+def test_buckets():
+    assert [cudagraph.bucket_for(n) for n in (1, 2, 8, 9, 33, 64, 65)] == [1, 8, 8, 16, 64, 64, None]
+
+
+def test_padding_rows_are_isolated():
+    tokens, positions = torch.tensor([[7, 8, 9]]), torch.tensor([10, 11, 11])
+    tree = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)
+    t, p, block = cudagraph.pad_inputs(tokens, positions, tree, 8)
+    assert t.shape == p.shape == (1, 8) and block.shape == (8, 8)
+    assert torch.equal(block[:3, :3], tree)
+    assert not block[:3, 3:].any() and not block[3:, :3].any()  # nobody sees padding, padding sees no one
+    assert torch.equal(block[3:, 3:], torch.eye(5, dtype=torch.bool))
+    mask = cudagraph.static_mask(torch.tensor(4), block, torch.arange(16))[0, 0]
+    assert mask[:, :4].all() and not mask[:, 12:].any()  # committed keys seen, slots after the block not
+    assert torch.equal(mask[:, 4:12], block)
+
+
+@pytest.mark.parametrize("n,tree", [(1, False), (5, True), (5, False), (9, True), (16, True)])
+def test_padded_static_pass_matches_the_eager_pass(n, tree):
+    """What a CUDA graph replays, run on a CPU: padded to its bucket, over the whole static cache."""
+    model = tiny_target(seed=2)
+    taps = (2, 5, "final")
+    g = torch.Generator().manual_seed(n)
+    eager_cache = model.new_cache(64)
+    model.forward(torch.randint(2, 128, (1, 20), generator=g), eager_cache)
+    eager_cache.commit()
+    static_cache = eager_cache.clone()
+    tokens = torch.randint(2, 128, (1, n), generator=g)
+    mask = None
+    positions = torch.arange(20, 20 + n)
+    if tree:  # a random tree: each node's parent is an earlier node
+        parents = [-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, n)]
+        mask = torch.eye(n, dtype=torch.bool)
+        depth = [0] * n
+        for i in range(1, n):
+            mask[i] |= mask[parents[i]]
+            depth[i] = depth[parents[i]] + 1
+        positions = 20 + torch.tensor(depth)
+    eager = model.forward(tokens, eager_cache, positions=positions, tree_mask=mask, taps=taps)
+    bucket = cudagraph.bucket_for(n)
+    t, p, block = cudagraph.pad_inputs(tokens, positions, mask, bucket)
+    logits, out_taps = cudagraph.static_pass(model, static_cache.k, static_cache.v, t, p, torch.tensor(20), block,
+                                             torch.arange(static_cache.max_len), taps)
+    assert logits.shape[1] == bucket
+    torch.testing.assert_close(logits[:, :n], eager.logits, atol=1e-4, rtol=1e-4)
+    for k in taps:
+        torch.testing.assert_close(out_taps[k][:, :n], eager.taps[k], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(static_cache.k[:, :, :, : 20 + n], eager_cache.k[:, :, :, : 20 + n], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(static_cache.v[:, :, :, : 20 + n], eager_cache.v[:, :, :, : 20 + n], atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- CUDA only
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
+
+
+@cuda_only
+@pytest.mark.parametrize("n", [1, 3, 8, 13, 40])
+def test_graphed_pass_matches_eager_on_cuda(n):
+    model = tiny_target(seed=2, device="cuda")
+    assert model.cuda_graphs
+    g = torch.Generator().manual_seed(n)
+    cache = model.new_cache(200)
+    model.forward(torch.randint(2, 128, (1, 70), generator=g), cache)  # 70 tokens: an eager prefill
+    cache.commit()
+    tokens = torch.randint(2, 128, (1, n), generator=g)
+    ref_cache = cache.clone()  # a clone has no graphs: its passes run eagerly
+    assert ref_cache.graphs is None
+    for _ in range(3):  # capture, then replays
+        cache.truncate(70)
+        graphed = model.forward(tokens, cache, taps=(3, "final"))
+    assert cache.graphs is not None and cache.graphs.graphs, "the pass should have been graphed"
+    eager = model.forward(tokens, ref_cache, taps=(3, "final"))
+    torch.testing.assert_close(graphed.logits, eager.logits, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(graphed.taps["final"], eager.taps["final"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cache.k[:, :, :, : 70 + n], ref_cache.k[:, :, :, : 70 + n], atol=1e-5, rtol=1e-5)
+
+
+@cuda_only
+def test_pooled_caches_reuse_their_graphs():
+    model = tiny_target(seed=2, device="cuda")
+    first = model.new_cache(100)
+    model.forward(torch.tensor([[3, 4, 5]]), first)
+    runner = first.graphs
+    del first
+    import gc
+
+    gc.collect()
+    second = model.new_cache(100)
+    assert second.graphs is runner
+
+
+@cuda_only
+@pytest.mark.parametrize("method", ["vanilla", "sps", "eagle3"])
+def test_bf16_on_cuda_runs(method):
+    kit = Kit("cuda")
+    model = kit.target.model
+    bf = tiny_target(seed=1, device="cuda", dtype=torch.bfloat16)
+    kit.target = dataclasses.replace(kit.target, model=bf)
+    for h in (kit.e1, kit.e3, kit.medusa):
+        h.to(torch.bfloat16).bind(bf.embed, bf.lm_head)
+    kit.draft = tiny_target(seed=1, device="cuda", dtype=torch.bfloat16)
+    del model
+    res = SpeculativeDecoder(kit.target, kit.drafter(method), SamplingParams(temperature=1.0), seed=0).generate(
+        PROMPT, NEW, chat=False)
+    assert len(res.tokens) == NEW or res.tokens[-1] in kit.target.eos_ids
