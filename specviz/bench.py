@@ -137,11 +137,14 @@ class Runner:
             kw.update(prompt_lookup_num_tokens=10)
         if self.method == "hf-assisted":
             kw.update(assistant_model=self.hf["assistant"])
-        ids = torch.tensor([prompt_ids])
+        dev = self.hf["model"].device
+        ids = torch.tensor([prompt_ids], device=dev)
         torch.manual_seed(self.seed)
         t0 = time.perf_counter()
         with torch.inference_mode():
             out = self.hf["model"].generate(ids, attention_mask=torch.ones_like(ids), **kw)
+        if ids.is_cuda:
+            torch.cuda.synchronize(dev)
         secs = time.perf_counter() - t0
         toks = out[0, ids.shape[1] :].tolist()
         return toks, secs, None, [], [], []
@@ -164,11 +167,12 @@ def describe_tree(drafter) -> dict | None:
 def load_hf(target, dtype, need_assistant: bool):
     from transformers import LlamaForCausalLM
 
-    hf = {"model": LlamaForCausalLM.from_pretrained(str(target.folder), dtype=dtype).eval()}
+    dev = target.model.device  # the peers run where our runtime runs
+    hf = {"model": LlamaForCausalLM.from_pretrained(str(target.folder), dtype=dtype).to(dev).eval()}
     if need_assistant:
         from .drafters import sps
 
-        hf["assistant"] = LlamaForCausalLM.from_pretrained(str(sps.default_sps_dir()), dtype=dtype).eval()
+        hf["assistant"] = LlamaForCausalLM.from_pretrained(str(sps.default_sps_dir()), dtype=dtype).to(dev).eval()
     return hf
 
 
