@@ -1,16 +1,19 @@
-"""SpecViz: `streamlit run app.py`. Navigation and the shared sidebar; pages live in views/ (not pages/: Streamlit would auto-discover that folder and serve a deep link such as /decode from the bare page file on a fresh server, before app.py has declared its navigation)."""
+"""SpecViz: `streamlit run app.py`. Navigation and the shared sidebar.
+
+Pages live in views/, not pages/: Streamlit would serve a deep link such as /decode from a
+pages/ file before app.py has declared the navigation."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from specviz.appstate import render_sidebar, tr
+from specviz.app.sidebar import render_sidebar
+from specviz.app.state import tr
 
 st.set_page_config(page_title="SpecViz", page_icon=":material/account_tree:", layout="wide")
 render_sidebar()
 
 pages = [
-    st.Page("views/lesson.py", title=tr("nav.lesson"), icon=":material/school:", url_path="lesson"),
     st.Page("views/home.py", title=tr("nav.home"), icon=":material/home:", default=True),
     st.Page("views/decode.py", title=tr("nav.decode"), icon=":material/account_tree:", url_path="decode"),
     st.Page("views/compare.py", title=tr("nav.compare"), icon=":material/compare_arrows:", url_path="compare"),

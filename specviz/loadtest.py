@@ -1,6 +1,6 @@
 """Load test: many simultaneous sessions on one real SpecViz server, each checked against a solo run.
 
-    python -m specviz.loadtest --sessions 10
+    python -m specviz.loadtest --sessions 30 --method eagle3 --page decode
 
 Starts `streamlit run app.py` on 127.0.0.1 (a free port) with Streamlit's agent API switched on
 for this run only (`--server.enableAgentApi true`; the classroom config keeps it off). The agent
@@ -9,7 +9,10 @@ Every session opens the Decode page with its own settings (seed, prompt, greedy 
 all of them at once press Start, Next round x N and Replay. After each step the round trace is
 fetched from the page's own "Download round as JSON" button, and must equal, byte for byte
 (timing fields removed), the trace of a solo run with the same settings computed in this
-process. Any error or exception element on a page fails the run. Prints p50/p95 step latency.
+process. Any error or exception element on a page fails the run. Prints p50/p95/max step
+latency, and next to it the server's CPU time per step (all its threads, from /proc, when this
+run started the server) and the engine's own time per round (from the traces' timing fields):
+what is left of the CPU time is the page's Python.
 
 The solo runs use the server's torch thread count (specviz.concurrency.server_threads): float sums
 depend on it. Loopback only: `--url` must point at 127.0.0.1/localhost. Bounded: at most 64 sessions, and
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import statistics
 import sys
 import threading
@@ -28,6 +32,17 @@ import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .app.methods import METHODS, make_drafter
+from .app.prompts import EXAMPLES, prompt_ids
+from .app.state import DEFAULTS, sampling_params
+from .concurrency import server_threads
+from .engine import SpeculativeDecoder
+from .server import streamlit_process
+from .target import load_target
 
 TIMING_FIELDS = ("draft_time_s", "verify_time_s", "total_time_s")
 MAX_SESSIONS = 64
@@ -59,8 +74,6 @@ class Plan:
         return {k: [v] for k, v in q.items()}
 
     def settings(self) -> dict:
-        from .appstate import DEFAULTS
-
         return dict(DEFAULTS, method=self.method, temperature=self.temperature, seed=self.seed, max_new=self.max_new,
                     top_p=0.9 if self.temperature else 1.0)
 
@@ -70,12 +83,11 @@ class Outcome:
     plan: Plan
     traces: list = field(default_factory=list)  # canonical JSON after each Next, then after Replay
     latencies: list = field(default_factory=list)  # (action, seconds)
+    engine_s: list = field(default_factory=list)  # each fetched round's own total_time_s
     errors: list = field(default_factory=list)
 
 
 def make_plans(n: int, rounds: int, method: str = "pld", max_new: int = 32) -> list[Plan]:
-    from .appstate import EXAMPLES
-
     prompts = EXAMPLES[:5]
     return [Plan(i, method, 0.8 if i % 2 == 0 else 0.0, 100 + i, max_new, prompts[i % len(prompts)]) for i in range(n)]
 
@@ -83,9 +95,6 @@ def make_plans(n: int, rounds: int, method: str = "pld", max_new: int = 32) -> l
 # ------------------------------------------------------------------------------- solo reference
 def solo_traces(plan: Plan, rounds: int, target) -> list[str]:
     """The same sequence in this process, alone: rounds 1..N, then round N replayed."""
-    from .appstate import make_drafter, prompt_ids, sampling_params
-    from .engine import SpeculativeDecoder
-
     s = plan.settings()
     dec = SpeculativeDecoder(target, make_drafter(plan.method, target, s), sampling_params(s), seed=plan.seed)
     dec.start(prompt_ids(target, plan.prompt), plan.max_new)
@@ -148,12 +157,13 @@ def page_errors(snap: dict) -> list[str]:
     return out
 
 
-def trace_json(client: Client, snap: dict) -> str | None:
+def trace_json(client: Client, snap: dict) -> bytes | None:
+    """The round on the page, as its "Download round as JSON" button serves it."""
     for n in _walk(snap.get("tree"), []):
         if n.get("key") == "dl_json":
             url = (n.get("props") or {}).get("url")
             if url:
-                return canonical(client.fetch(url))
+                return client.fetch(url)
     return None
 
 
@@ -175,7 +185,8 @@ def drive(client: Client, plan: Plan, rounds: int, barrier: threading.Barrier, o
                 if tj is None:
                     out.errors.append(f"{action}: no round trace on the page")
                 else:
-                    out.traces.append(tj)
+                    out.traces.append(canonical(tj))
+                    out.engine_s.append(float(json.loads(tj).get("total_time_s") or 0.0))
     except threading.BrokenBarrierError:
         out.errors.append("another session failed before the start")
     except Exception as e:  # noqa: BLE001 - reported, not raised: the other sessions go on
@@ -186,7 +197,19 @@ def drive(client: Client, plan: Plan, rounds: int, barrier: threading.Barrier, o
             pass
 
 
-def run(base: str, sessions: int, rounds: int, timeout: float, method: str = "pld", max_new: int = 32, target=None) -> dict:
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of a process and all its threads (Linux /proc), or None."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def run(base: str, sessions: int, rounds: int, timeout: float, method: str = "pld", max_new: int = 32, target=None,
+        server_pid: int | None = None) -> dict:
     host = urllib.parse.urlparse(base).hostname
     if host not in LOOPBACK:
         raise SystemExit(f"the load test only talks to loopback, not {host!r}")
@@ -202,21 +225,15 @@ def run(base: str, sessions: int, rounds: int, timeout: float, method: str = "pl
     barrier = threading.Barrier(sessions)
     threads = [threading.Thread(target=drive, args=(Client(base, timeout), p, rounds, barrier, o), daemon=True)
                for p, o in zip(plans, outcomes)]
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), cpu_seconds(server_pid)
     for th in threads:
         th.start()
     for th in threads:
         th.join(timeout * (rounds + 3))
-    wall = time.perf_counter() - t0
+    wall, cpu1 = time.perf_counter() - t0, cpu_seconds(server_pid)
     stuck = [o.plan.index for o, th in zip(outcomes, threads) if th.is_alive()]
 
-    import torch
-
-    from .concurrency import server_threads
-
     if target is None:
-        from .target import load_target
-
         target = load_target(None)
     mismatches = []
     old_threads = torch.get_num_threads()
@@ -234,6 +251,7 @@ def run(base: str, sessions: int, rounds: int, timeout: float, method: str = "pl
             mismatches.append(f"session {o.plan.index} (seed {o.plan.seed}): trace {first + 1} of {len(ref)} differs from the solo run")
     lat = sorted(s for o in outcomes for _, s in o.latencies)
     nxt = sorted(s for o in outcomes for a, s in o.latencies if a == "next")
+    engine = [s for o in outcomes for s in o.engine_s]
 
     def pct(xs, q):
         return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else float("nan")
@@ -242,6 +260,8 @@ def run(base: str, sessions: int, rounds: int, timeout: float, method: str = "pl
         "sessions": sessions, "rounds": rounds, "method": method, "wall_s": wall, "warmup_s": warm_s,
         "steps": len(lat), "p50_s": pct(lat, 0.5), "p95_s": pct(lat, 0.95), "next_p50_s": pct(nxt, 0.5), "next_p95_s": pct(nxt, 0.95),
         "max_s": lat[-1] if lat else float("nan"),
+        "cpu_per_step_s": (cpu1 - cpu0) / len(lat) if lat and cpu0 is not None and cpu1 is not None else None,
+        "engine_per_round_s": statistics.mean(engine) if engine else None,
         "errors": [f"session {o.plan.index}: {e}" for o in outcomes for e in o.errors],
         "stuck": stuck, "mismatches": mismatches,
         "ok": not stuck and not mismatches and not any(o.errors for o in outcomes),
@@ -252,7 +272,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3, help="Next-round presses per session before the replay")
-    ap.add_argument("--method", default="pld")
+    ap.add_argument("--method", default="pld", choices=METHODS, help="the decoding method every session uses")
+    ap.add_argument("--page", default="decode", choices=["decode"],
+                    help="the page the sessions step through (decode: Start, Next round xN, Replay)")
     ap.add_argument("--max-new", type=int, default=32)
     ap.add_argument("--timeout", type=float, default=300, help="seconds per request")
     ap.add_argument("--url", help="an already running server on loopback, started with --server.enableAgentApi true")
@@ -262,12 +284,10 @@ def main(argv=None) -> int:
     if a.url:
         res = run(a.url, a.sessions, a.rounds, a.timeout, a.method, a.max_new)
     else:
-        from .server import streamlit_server
-
         extra = ["--server.enableAgentApi", "true", "--server.agentWaitTimeout", str(int(a.timeout)),
                  "--server.agentMaxSessions", str(max(100, 2 * a.sessions + 2))]
-        with streamlit_server(extra) as url:
-            res = run(url, a.sessions, a.rounds, a.timeout, a.method, a.max_new)
+        with streamlit_process(extra) as (url, proc):
+            res = run(url, a.sessions, a.rounds, a.timeout, a.method, a.max_new, server_pid=proc.pid)
     if a.json:
         print(json.dumps(res, indent=2))
     else:
@@ -275,6 +295,9 @@ def main(argv=None) -> int:
               f"{res['steps']} steps in {res['wall_s']:.1f} s (model warm-up {res['warmup_s']:.1f} s)")
         print(f"step latency p50 {1000 * res['p50_s']:.0f} ms, p95 {1000 * res['p95_s']:.0f} ms, max {1000 * res['max_s']:.0f} ms "
               f"(next-round only: p50 {1000 * res['next_p50_s']:.0f} ms, p95 {1000 * res['next_p95_s']:.0f} ms)")
+        cpu, eng = res["cpu_per_step_s"], res["engine_per_round_s"]
+        print(f"server CPU per step {'n/a (not our server)' if cpu is None else f'{1000 * cpu:.0f} ms'}; "
+              f"engine time per round {'n/a' if eng is None else f'{1000 * eng:.0f} ms'} (from the traces)")
         for line in res["errors"] + res["mismatches"] + [f"session {i} did not finish" for i in res["stuck"]]:
             print("FAIL", line)
         print("OK: every session matched its solo run byte for byte" if res["ok"] else "FAILED")

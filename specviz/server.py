@@ -28,6 +28,13 @@ def free_port() -> int:
 def streamlit_server(extra_args=(), env: dict | None = None, timeout: float = 120):
     """Yield the base URL of `streamlit run app.py` bound to 127.0.0.1 on a free port; the
     server is stopped afterwards. `extra_args` are more `--section.option value` flags."""
+    with streamlit_process(extra_args, env, timeout) as (url, _proc):
+        yield url
+
+
+@contextmanager
+def streamlit_process(extra_args=(), env: dict | None = None, timeout: float = 120):
+    """As `streamlit_server`, yielding (url, process): the load test reads the server's CPU time."""
     port = free_port()
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", prefix="specviz-server-", delete=False)
     cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
@@ -49,7 +56,7 @@ def streamlit_server(extra_args=(), env: dict | None = None, timeout: float = 12
             if time.time() > deadline:
                 raise SpecVizError(f"streamlit did not answer on {url} within {timeout:.0f} s")
             time.sleep(0.3)
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         try:

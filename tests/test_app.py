@@ -84,7 +84,7 @@ def test_empty_prompt_gives_inline_error_and_keeps_state():
 def test_unavailable_method_is_listed_and_disabled(monkeypatch, tmp_path):
     """A build without the EAGLE-3 head lists it, says why, and disables running it."""
     import specviz.heads.io as hio
-    from specviz.appstate import method_status
+    from specviz.app.methods import method_status
 
     monkeypatch.setattr(hio, "ASSETS", tmp_path)  # no shipped heads in this "build"
     method_status.clear()
@@ -117,7 +117,7 @@ def test_decode_round_stepper():
     assert step_s < 5.0  # < 1 s on an idle machine; generous here because the CPU is shared
     assert not errors(at)
     sess = at.session_state["dec"]
-    assert len(sess.decoder.traces) == 2
+    assert len(sess.traces) == 2
     assert at.query_params["round"] == ["2"] or at.query_params["round"] == "2"
     for stage in ("draft", "verify", "accept"):
         at.radio(key="dec_stage").set_value(stage).run()
@@ -140,7 +140,7 @@ def test_deep_link_reopens_round():
     ok(at)
     sess = at.session_state["dec"]
     assert sess.prompt == "Count to five: one, two" and sess.method == "vanilla" and sess.seed == 7
-    assert len(sess.decoder.traces) == 3
+    assert len(sess.traces) == 3
 
 
 def test_rule_page():

@@ -5,19 +5,12 @@ from __future__ import annotations
 import streamlit as st
 
 from specviz import SpecVizError
-from specviz.appstate import (
-    page_setup,
-    current_method_ok,
-    current_prompt,
-    device_name,
-    get_target,
-    lang,
-    method_label,
-    prompt_box,
-    run_generation,
-    settings,
-    tr,
-)
+from specviz.app.model import device_name, get_target
+from specviz.app.methods import method_label
+from specviz.app.prompts import current_prompt, prompt_box
+from specviz.app.session import run_generation
+from specviz.app.sidebar import current_method_ok, page_setup
+from specviz.app.state import lang, settings, tr
 from specviz.viz import colored_text_html, legend_html, token_sources
 
 page_setup()
@@ -75,22 +68,28 @@ if st.session_state.get("home_error"):
 
 r = st.session_state.get("home_result")
 if r:
+    # what was accepted and why comes first; the speed (measured on a possibly busy machine) after it
     st.subheader(tr("home.result") + f" · {method_label(r['method'])}")
-    c = st.columns(5)
-    c[0].metric(tr("c.tau"), f"{r['tau']:.2f}")
-    c[1].metric(tr("c.tokens_per_s"), f"{r['tps']:.1f}")
-    c[2].metric(tr("c.vanilla_tps"), f"{r['vanilla_tps']:.1f}")
-    c[3].metric(tr("c.speedup"), f"{r['tps'] / r['vanilla_tps']:.2f}x" if r["vanilla_tps"] else "–")
-    c[4].metric(tr("c.rounds"), f"{r['rounds']}")
-    st.caption(tr("home.legend"))
-    present = {src for _, src, _ in token_sources(r["traces"])}
+    sources = [src for _, src, _ in token_sources(r["traces"])]
+    n_acc = sources.count("accepted")
+    st.markdown(tr("home.accepted_lead", tau=r["tau"], acc=n_acc, n=len(sources), rest=len(sources) - n_acc))
     order = ["accepted", "bonus", "resampled", "greedy-correction", "vanilla"]
-    st.html(legend_html(lang(), [x for x in order if x in present] or order[:3]))
+    st.html(legend_html(lang(), [x for x in order if x in set(sources)] or order[:3]))
     st.html(colored_text_html(r["traces"], lang()))
+    st.caption(tr("home.legend"))
     if r["greedy"]:
         st.caption(tr("home.vanilla_same", same=tr("home.yes") if r["identical"] else tr("home.no")))
         if not r["identical"]:
             st.warning(tr("home.greedy_diff"))
     else:
         st.caption(tr("home.differs_note"))
-    st.caption(tr("c.measured_note", device=device_name()) + f" · {r['dtype']} · {r['tokens']} tokens in {r['seconds']:.2f} s")
+
+    st.markdown(f"**{tr('home.speed')}**")
+    c = st.columns(5)
+    c[0].metric(tr("c.tau"), f"{r['tau']:.2f}")
+    c[1].metric(tr("c.tokens_per_s"), f"{r['tps']:.1f}")
+    c[2].metric(tr("c.vanilla_tps"), f"{r['vanilla_tps']:.1f}")
+    c[3].metric(tr("c.speedup"), f"{r['tps'] / r['vanilla_tps']:.2f}x" if r["vanilla_tps"] else "–")
+    c[4].metric(tr("c.rounds"), f"{r['rounds']}")
+    st.caption(tr("home.speed_note", page=tr("nav.free")) + " · " + tr("c.measured_note", device=device_name())
+               + f" · {r['dtype']} · {r['tokens']} tokens in {r['seconds']:.2f} s")

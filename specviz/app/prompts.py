@@ -1,0 +1,133 @@
+"""The prompt: example prompts, cleaning and limits, safe chat encoding, and the prompt box
+every page shares (one value per browser session, carried in the URL as ?prompt=)."""
+
+from __future__ import annotations
+
+import threading
+import unicodedata
+
+import streamlit as st
+from tokenizers import Tokenizer
+
+from .. import SpecVizError
+from ..examples import EXAMPLE_PROMPTS
+from .state import lang, tr
+
+EXAMPLES = [
+    "Explain in two sentences why the sky is blue.",
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "Summarise: The cat sat on the mat. The cat was happy on the mat because the mat was warm.",
+    "List the planets of the solar system in order from the Sun.",
+    "用一句话解释什么是机器学习。",
+]
+EXAMPLES += [p for p in EXAMPLE_PROMPTS if p not in EXAMPLES][:20]  # the project's shared prompts, after ours
+
+MAX_PROMPT_CHARS = 4000  # the text area's limit; a deep link (?prompt=) must not bypass it
+
+
+def clean_prompt(prompt) -> str:
+    """What the user typed, made safe to tokenise: line ends normalised, control characters
+    other than tab and newline dropped (RTL text, emoji and every other character are kept)."""
+    text = str(prompt).replace("\r\n", "\n").replace("\r", "\n")
+    return "".join(c for c in text if c in "\t\n" or unicodedata.category(c) != "Cc")
+
+
+def check_prompt(prompt: str | None) -> str:
+    if prompt is None or not clean_prompt(prompt).strip():
+        raise SpecVizError(tr("c.empty_prompt"))
+    text = clean_prompt(prompt)
+    if len(text) > MAX_PROMPT_CHARS:
+        raise SpecVizError(
+            f"The prompt has {len(text):,} characters; SpecViz takes at most {MAX_PROMPT_CHARS:,}. Shorten it."
+            if lang() != "zh" else f"提示词有 {len(text):,} 个字符，最多 {MAX_PROMPT_CHARS:,} 个，请缩短。")
+    return text
+
+
+# ---------------------------------------------------------------------- safe chat encoding
+_USER_SLOT = "\ue000specviz-user\ue000"  # private-use sentinel, never typed by a user
+_PLAIN_TOK: dict = {}
+_PLAIN_LOCK = threading.Lock()
+
+
+def _plain_encoder(tok):
+    """A private copy of the tokenizer that reads special-token text (`<|im_start|>`) as
+    ordinary characters. A copy, because the shared tokenizer must stay read-only."""
+    key = id(tok)
+    with _PLAIN_LOCK:
+        enc = _PLAIN_TOK.get(key)
+        if enc is None or enc[0] is not tok:
+            plain = Tokenizer.from_str(tok._tok.to_str())
+            plain.encode_special_tokens = True
+            enc = _PLAIN_TOK[key] = (tok, plain)
+        return enc[1]
+
+
+def _has_marker(tok, text: str) -> bool:
+    added = getattr(tok, "_added_texts", None)
+    if added is None:
+        added = [t.content for t in tok._tok.get_added_tokens_decoder().values() if t.content]
+    return any(a in text for a in added)
+
+
+def prompt_ids(target, prompt: str) -> list[int]:
+    """Token ids of the one-turn chat for `prompt`, where the user's text is always ordinary
+    text: chat-template markers such as `<|im_start|>` typed by a user are encoded character by
+    character, never as the special tokens that delimit turns. Prompts without such markers get
+    exactly `tokenizer.chat_ids(prompt)`."""
+    tok = target.tokenizer
+    prompt = check_prompt(prompt)
+    if not hasattr(tok, "_tok") or not _has_marker(tok, prompt):
+        return tok.chat_ids(prompt)
+    rendered = tok.render_chat([{"role": "user", "content": _USER_SLOT}])
+    if rendered.count(_USER_SLOT) != 1:
+        raise SpecVizError("This model's chat template cannot take text that contains its own markers (such as <|im_start|>): remove them from the prompt.")
+    pre, post = rendered.split(_USER_SLOT)
+    plain = _plain_encoder(tok)
+    return tok.encode(pre) + plain.encode(prompt, add_special_tokens=False).ids + tok.encode(post)
+
+
+# ---------------------------------------------------------------------- the prompt box
+def _prompt_key(page: str) -> str:
+    return f"prompt_{page}"
+
+
+def _init_prompt() -> None:
+    if "prompt_text" not in st.session_state:
+        qp = st.query_params.get("prompt")
+        qp = clean_prompt(qp)[:MAX_PROMPT_CHARS] if qp else ""
+        st.session_state["prompt_text"] = qp if qp.strip() else EXAMPLES[0]
+
+
+def current_prompt(page: str | None = None) -> str:
+    """The prompt as the user last typed it (a widget's new value wins inside callbacks)."""
+    _init_prompt()
+    if page is not None and _prompt_key(page) in st.session_state:
+        st.session_state["prompt_text"] = st.session_state[_prompt_key(page)]
+    return st.session_state["prompt_text"]
+
+
+def _sync_prompt(page: str) -> None:
+    st.session_state["prompt_text"] = st.session_state.get(_prompt_key(page), "")
+
+
+def set_prompt(text: str, page: str) -> None:
+    st.session_state["prompt_text"] = text
+    st.session_state[_prompt_key(page)] = text
+
+
+def prompt_box(page: str) -> str:
+    """Prompt text area shared by the pages: one session value, carried in the URL (?prompt=)."""
+    _init_prompt()
+    key = _prompt_key(page)
+    st.session_state[key] = st.session_state["prompt_text"]
+    st.text_area(tr("c.prompt"), key=key, height=90, max_chars=MAX_PROMPT_CHARS, on_change=_sync_prompt, args=(page,))
+    cols = st.columns([4, 1])
+    with cols[0]:
+        ex = st.selectbox(tr("c.examples"), ["—"] + EXAMPLES, key=f"ex_{page}")
+    with cols[1]:
+        st.write("")
+        st.button("↑ " + tr("c.prompt"), key=f"use_ex_{page}", disabled=ex == "—", on_click=set_prompt, args=(ex, page))
+    text = st.session_state["prompt_text"]
+    if st.query_params.get("prompt") != text:
+        st.query_params["prompt"] = text
+    return text

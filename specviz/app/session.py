@@ -1,0 +1,88 @@
+"""One browser session's engine work: the sequence stepped on the Decode page (a `Session`
+with `traces`, `done`, `step`, `replay`) and whole generations for the other pages. Only the
+engine calls run inside the gate; token texts and checks run outside it."""
+
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from ..engine import SpeculativeDecoder
+from .gate import heavy_work
+from .methods import make_drafter, tree_settings_for
+from .prompts import check_prompt, prompt_ids
+from .state import sampling_params
+
+
+class Session:
+    """One sequence being stepped round by round; pages use `traces`, `done`, `step`, `replay`."""
+
+    def __init__(self, key: tuple, decoder: SpeculativeDecoder, prompt: str, method: str, seed: int):
+        self.key, self.decoder, self.prompt, self.method, self.seed = key, decoder, prompt, method, seed
+        self.snaps: list = []  # decoder snapshot before round i (for replay)
+
+    @property
+    def traces(self) -> list:
+        return self.decoder.traces
+
+    @property
+    def done(self) -> bool:
+        return self.decoder.done
+
+    def step(self):
+        """Run the next round; returns its trace."""
+        dec = self.decoder
+        with heavy_work():
+            self.snaps = self.snaps[: len(dec.traces)]
+            self.snaps.append(dec.snapshot())
+            return dec.step()
+
+    def replay(self, i: int):
+        """Rewind to just before round i and run it again; later rounds are dropped."""
+        dec = self.decoder
+        with heavy_work():
+            dec.restore(self.snaps[i])
+            self.snaps = self.snaps[: i + 1]
+            return dec.step()
+
+
+def config_key(s: dict, prompt: str) -> tuple:
+    return (s["dtype"], s["method"], tuple(sorted(tree_settings_for(s["method"], s).items())),
+            float(s["temperature"]), int(s["top_k"]), float(s["top_p"]), int(s["seed"]), int(s["max_new"]), prompt)
+
+
+def start_session(target, s: dict, prompt: str) -> Session:
+    """A new sequence with the settings `s`, prefilled; stored as this browser session's "dec"."""
+    typed = prompt  # the key compares with what the prompt box holds, cleaned or not
+    prompt = check_prompt(prompt)
+    params = sampling_params(s)
+    ids = prompt_ids(target, prompt)
+    with heavy_work():
+        dec = SpeculativeDecoder(target, make_drafter(s["method"], target, s), params, seed=int(s["seed"]))
+        dec.start(ids, int(s["max_new"]))
+    sess = Session(config_key(s, typed), dec, prompt, s["method"], int(s["seed"]))
+    st.session_state["dec"] = sess
+    return sess
+
+
+def same_trace(a, b) -> bool:
+    """Traces equal up to timings."""
+    da, db = json.loads(a.to_json()), json.loads(b.to_json())
+    for d in (da, db):
+        for k in ("draft_time_s", "verify_time_s", "total_time_s"):
+            d.pop(k, None)
+    return da == db
+
+
+def run_generation(target, s: dict, prompt: str, method: str, progress=None):
+    """Generate with `method` (detail off for fair timing); token texts filled afterwards."""
+    ids = prompt_ids(target, prompt)
+    with heavy_work():
+        dec = SpeculativeDecoder(target, make_drafter(method, target, s), sampling_params(s), seed=int(s["seed"]), detail=False)
+        res = dec.generate(ids, int(s["max_new"]), progress=progress)
+    tok = target.tokenizer
+    for trc in res.traces:
+        trc.committed_text = [tok.token_text(x) for x in trc.committed]
+        trc.extra_text = tok.token_text(trc.extra_token)
+    return res

@@ -1,0 +1,42 @@
+"""Per-browser-session settings: the language and the sidebar's values, read from st.session_state."""
+
+from __future__ import annotations
+
+import streamlit as st
+import torch
+
+from ..i18n import t
+from ..sampling import SamplingParams
+
+DEFAULTS = {
+    "lang": "en",
+    "dtype": "bf16" if torch.cuda.is_available() else "fp32",  # each device's fast exact-enough precision
+    "method": "eagle3",  # the best shipped method: its draft tree branches (issue 15, defaults that teach)
+    "temperature": 0.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "seed": 0,
+    "max_new": 48,
+    "depth": 6,  # the papers' dynamic-tree size (EAGLE-2/3: depth 6, 24 nodes), so the tree shows branching
+    "tree_topk": 4,
+    "total_tokens": 24,
+    "pld_ngram": 3,
+    "pld_tokens": 8,
+}
+
+
+def lang() -> str:
+    return st.session_state.get("lang", "en")
+
+
+def tr(key: str, **fmt) -> str:
+    return t(key, lang(), **fmt)
+
+
+def settings() -> dict:
+    """The current sidebar settings (defaults where a widget has not rendered yet)."""
+    return {k: st.session_state.get(k, v) for k, v in DEFAULTS.items()}
+
+
+def sampling_params(s: dict) -> SamplingParams:
+    return SamplingParams(temperature=float(s["temperature"]), top_k=int(s["top_k"]), top_p=float(s["top_p"]))
