@@ -14,6 +14,7 @@ st.set_page_config(page_title="SpecViz", page_icon=":material/account_tree:", la
 render_sidebar()
 
 pages = [
+    st.Page("views/lesson.py", title=tr("nav.lesson"), icon=":material/school:", url_path="lesson"),
     st.Page("views/home.py", title=tr("nav.home"), icon=":material/home:", default=True),
     st.Page("views/decode.py", title=tr("nav.decode"), icon=":material/account_tree:", url_path="decode"),
     st.Page("views/compare.py", title=tr("nav.compare"), icon=":material/compare_arrows:", url_path="compare"),

@@ -293,3 +293,99 @@ def test_round_time_figure_stacks_the_measured_parts():
     assert list(fig.data[0].y) == ["vanilla", "eagle3"]
     assert list(fig.data[0].x) == [0.1, 12.0] and list(fig.data[1].x) == [37.0, 48.0]
     assert any("2.50" in a.text and "40.0" in a.text for a in fig.layout.annotations)
+
+
+# ---------------------------------------------------------------------- one view of a whole round
+from specviz.viz import mask as M  # noqa: E402
+from specviz.viz import round as R  # noqa: E402
+
+
+def onehot_trace() -> RoundTrace:
+    """The synthetic tree verified by the deterministic (EAGLE-2/3) rule: step q is the draft's q,
+    but the rule used a one-hot q, so a = p_res(x)."""
+    tr = synthetic_trace()
+    tr.rule = "tree-deterministic"
+    tr.steps[0].ratio, tr.steps[1].ratio = tr.steps[0].p, tr.steps[1].p
+    return tr
+
+
+def _cells(df):
+    return df.astype(str).to_numpy().ravel().tolist()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_round_table_is_stage_correct_and_never_none(lang):
+    tr = synthetic_trace()
+    draft = R.round_table(tr, lang, "draft")
+    assert t("round.col_p", lang) not in draft.columns and t("round.col_q", lang) in draft.columns  # no p before verify
+    verify = R.round_table(tr, lang, "verify")
+    assert t("round.col_p", lang) in verify.columns and "u" not in verify.columns
+    acc = R.round_table(tr, lang, "accept")
+    assert len(acc) == len(tr.nodes) - 1
+    for df in (draft, verify, acc):
+        assert not any(c in ("None", "nan") for c in _cells(df))
+    row = acc.iloc[2]  # node 3: tried, rejected: a = min(1, 0.3 / 0.7)
+    assert row[t("round.col_accept", lang)] == "0.429" and row["u"] == "0.770"
+    assert acc.iloc[3]["u"] == R.DASH  # node 4 was never tried
+
+
+def test_round_table_one_hot_rule_uses_p_residual_not_draft_q():
+    tr = onehot_trace()
+    acc = R.round_table(tr, "en", "accept")
+    row = acc.iloc[2]
+    assert row[t("round.col_q_rule")] == t("round.onehot")
+    assert row[t("round.col_accept")] == "0.300"  # p_res(x), not p/q_draft = 0.429
+    assert row[t("round.col_q")] == "0.700"  # the draft's q still shown, as the draft's
+    assert R.accept_probability(tr, tr.steps[1]) == pytest.approx(0.3)
+    assert "one-hot" in R.rule_caption(tr)
+
+
+def test_walk_u_figure_zones_and_draws():
+    tr = synthetic_trace()
+    fig = _is_fig(R.walk_u_figure(tr))
+    acc, rej, u = fig.data
+    assert list(acc.x) == pytest.approx([0.8333, 0.4286], abs=1e-3) and list(rej.x) == pytest.approx([1 - 0.8333, 1 - 0.4286], abs=1e-3)
+    assert list(u.x) == [0.41, 0.77]
+
+
+def test_extra_dist_figure_highlights_the_drawn_token_with_its_probability():
+    tr = synthetic_trace()
+    fig = _is_fig(R.extra_dist_figure(tr))
+    bars = fig.data[0]
+    i = list(bars.x).index("␣ran (15)")
+    assert bars.text[i] == "0.900" and bars.marker.line.width[i] == 3
+    assert "0.900" in R.extra_title(tr)
+    tr.extra_token, tr.extra_text = 99, " far"  # drawn from outside the recorded top entries
+    fig = _is_fig(R.extra_dist_figure(tr))
+    assert fig.data[0].x[-1] == "␣far (99)"
+    assert "0.100" in R.extra_title(tr)  # "below 0.100"
+
+
+def test_attention_mask_prefix_siblings_and_selection():
+    tr = synthetic_trace()
+    z = M.mask_cells(tr, selected=None, n_prefix=3)
+    assert z.shape == (5, 8) and (z[:, :3] == 1).all()  # every node sees the committed prefix
+    assert z[1, 3 + 2] == 4 and z[3, 3 + 4] == 4  # siblings masked and marked
+    assert z[3, 3 + 1] == 2 and z[3, 3 + 3] == 3  # ancestor, self
+    sel = M.mask_cells(tr, selected=3, n_prefix=3)
+    assert [sel[3, 3 + j] for j in (0, 1, 3)] == [5, 5, 5] and sel[3, 3 + 2] == 0
+    fig = _is_fig(M.attention_figure(tr, "zh", selected=3, prefix_tail=[[1, "a"], [2, " b"], [3, "c"]]))
+    assert list(fig.data[0].x[:3]) == ["ctx a @47", "ctx ␣b @48", "ctx c @49"]
+    names = [d.name for d in fig.data[1:]]
+    assert t("mask.k_sibling", "zh") in names and t("mask.k_path", "zh") in names  # a legend
+    assert len(fig.layout.shapes) == 1 + 1 + 3  # prefix divider, selected row, 3 ancestor columns
+
+
+def test_big_tree_is_readable():
+    """A 60-node tree: labels carry node ids, untried nodes fade, height grows with the leaves."""
+    nodes = [NodeTrace(0, -1, 0, 1, "r", None, None, 0.0, 0, 10, "root")]
+    for i in range(1, 61):
+        par = 0 if i <= 6 else (i - 1) // 6
+        nodes.append(NodeTrace(i, par, nodes[par].depth + 1, 100 + i, f"t{i}", 0.1, 0.1, -1.0, 0, 10, "accepted" if i == 1 else "untried"))
+    tr = synthetic_trace()
+    tr.nodes, tr.accepted_nodes, tr.steps = nodes, [1], []
+    tr.tree_mask, tr.position_ids = [], [10 + n.depth for n in nodes]
+    fig = _is_fig(F.tree_figure(tr))
+    untried = next(d for d in fig.data if d.name == t("status.untried"))
+    assert untried.marker.opacity < 1 and untried.text[0].startswith("#")
+    assert fig.layout.height >= 1000

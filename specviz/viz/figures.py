@@ -158,6 +158,7 @@ def tree_figure(
     if px_:
         fig.add_trace(go.Scatter(x=px_, y=py_, mode="lines", line=dict(color="#08306b", width=3, dash="dot"), hoverinfo="skip", showlegend=False))
     statuses = ["root", "accepted", "rejected", "untried"] if reveal else ["root", "drafted"]
+    big = len(shown) > 16  # 25-60 node trees: smaller markers and labels, untried nodes faded
     for st in statuses:
         group = [n for n in shown if (n.status if reveal else ("root" if n.parent < 0 else "drafted")) == st]
         if not group:
@@ -168,16 +169,17 @@ def tree_figure(
                 y=[pos[n.id][1] for n in group],
                 mode="markers+text",
                 marker=dict(
-                    size=[30 if n.id == selected else 22 for n in group],
+                    size=[(20 if big else 30) if n.id == selected else (13 if big else 22) for n in group],
                     color=STATUS_COLORS[st],
+                    opacity=0.45 if (st == "untried" and big) else 1.0,
                     line=dict(
                         color=["#08306b" if n.id in path else "white" for n in group],
                         width=[3 if n.id in path else 1 for n in group],
                     ),
                 ),
-                text=[show_token(n.text)[:12] for n in group],
+                text=[f"#{n.id} {show_token(n.text)[:12]}" for n in group],
                 textposition="top center",
-                textfont=dict(size=12),
+                textfont=dict(size=10 if big else 12, color="#999" if (st == "untried" and big) else "#222"),
                 customdata=[[n.id] for n in group],
                 hovertext=[_node_hover(n, lang, reveal) for n in group],
                 hoverinfo="text",
@@ -213,7 +215,7 @@ def tree_figure(
     ys = [yy for d in fig.data for yy in (d.y or []) if yy is not None]
     xs = [xx_ for d in fig.data for xx_ in (d.x or []) if xx_ is not None]
     fig.update_layout(
-        height=height or max(280, min(900, 120 + 38 * n_leaves)),
+        height=height or max(280, min(1500, 120 + (30 if big else 38) * n_leaves)),
         margin=dict(l=10, r=10, t=10, b=10),
         xaxis=dict(title=t("tree.depth", lang), dtick=1, showgrid=False, zeroline=False,
                    range=[min(xs) - 0.4, max(xs) + 0.4] if xs else None),
@@ -286,8 +288,9 @@ def pq_bars_figure(p_top, q_top, lang: str = "en", highlight=(), title: str = ""
     xs = [f"{show_token(toks[i])[:12]} ({i})" for i in ids]
     hl = set(int(h) for h in highlight)
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=xs, y=[pmap.get(i, None) for i in ids], name=t("pq.p", lang), marker_color="#1f77b4",
-                         marker_line=dict(color=["#111" if i in hl else "#1f77b4" for i in ids], width=[3 if i in hl else 0 for i in ids])))
+    if p_top or not q_top:  # the draft stage passes no p: the target has not run yet
+        fig.add_trace(go.Bar(x=xs, y=[pmap.get(i, None) for i in ids], name=t("pq.p", lang), marker_color="#1f77b4",
+                             marker_line=dict(color=["#111" if i in hl else "#1f77b4" for i in ids], width=[3 if i in hl else 0 for i in ids])))
     if q_top:
         fig.add_trace(go.Bar(x=xs, y=[qmap.get(i, None) for i in ids], name=t("pq.q", lang), marker_color="#ff7f0e",
                              marker_line=dict(color=["#111" if i in hl else "#ff7f0e" for i in ids], width=[3 if i in hl else 0 for i in ids])))
@@ -302,10 +305,18 @@ def pq_bars_figure(p_top, q_top, lang: str = "en", highlight=(), title: str = ""
     return fig
 
 
-def node_pq_figure(trace: RoundTrace, node_id: int, lang: str = "en") -> go.Figure:
+def node_pq_figure(trace: RoundTrace, node_id: int, lang: str = "en", reveal: bool = True) -> go.Figure:
     """For a drafted node: the distributions at its parent (where its token was chosen), the
     node's token outlined. For the root: the distributions for its children. For the extra
-    token: the distribution it was drawn from."""
+    token: the distribution it was drawn from. `reveal` False (the draft stage): q only."""
+    if not reveal:
+        nodes = {n.id: n for n in trace.nodes}
+        n = nodes.get(node_id, trace.nodes[0])
+        par = n if n.parent < 0 else nodes[n.parent]
+        hl = [m.token for m in trace.nodes if m.parent == n.id] if n.parent < 0 else [n.token]
+        title = (t("pq.q_only_root", lang, tok=show_token(n.text)) if n.parent < 0 else
+                 t("pq.q_only_title", lang, tok=show_token(n.text), parent=show_token(par.text), q=_fmt(n.q)))
+        return pq_bars_figure([], par.next_q_top, lang, highlight=hl, title=title)
     if node_id == EXTRA_ID:
         return pq_bars_figure(trace.extra_top, [], lang, highlight=[trace.extra_token],
                               title=t("pq.extra_title", lang, tok=show_token(trace.extra_text), src=t("source." + trace.extra_source, lang)))

@@ -1,0 +1,92 @@
+"""The lesson: every recorded round replays live to the identical trace, and the Lesson page
+steps through all its steps in English and Chinese without an exception."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specviz import lesson as LS
+from specviz.trace import RoundTrace
+
+ROUNDS = LS.load_rounds()
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_spec_is_recorded_small_and_self_describing():
+    assert set(ROUNDS) == {s.key for s in LS.SPECS}
+    total = sum(LS.lesson_path(k).stat().st_size for k in ROUNDS) + (LS.LESSON_DIR / LS.MACHINE_FILE).stat().st_size
+    assert total < 1_000_000, total
+    for key, rec in ROUNDS.items():
+        spec = LS.SPEC_BY_KEY[key]
+        assert rec.spec["prompt"] == spec.prompt and rec.spec["method"] == spec.method and rec.spec["options"] == spec.options
+        assert rec.heads and all(len(v) == 64 for v in rec.heads.values())  # sha256 of the shipped head
+        assert LS.picks(rec.trace, spec.pick, spec.min_accept), key  # still the kind of round its step needs
+        assert rec.trace.rng_state_before is not None and rec.trace.tree_mask
+
+
+def test_recordings_are_paper_sized_branching_trees():
+    sizes = {k: len(r.trace.nodes) - 1 for k, r in ROUNDS.items()}
+    assert sizes["eagle1-greedy"] == 25  # the EAGLE-1 paper's static tree
+    assert 20 <= sizes["eagle3-greedy"] <= 24 and 20 <= sizes["eagle2-greedy"] <= 24
+    assert 50 <= sizes["eagle3-60"] <= 60
+    assert ROUNDS["eagle3-sampled-reject"].trace.extra_source == "resampled"
+    assert any(not s.accepted and s.u is not None for s in ROUNDS["eagle3-sampled-reject"].trace.steps)
+    assert ROUNDS["eagle3-sampled-bonus"].trace.extra_source == "bonus"
+    m = LS.load_machine()
+    assert m["lossless"]["identical"] and int(min(m["forward_ms"], key=int)) == 1
+
+
+def test_heads_are_the_ones_recorded(target):
+    for rec in ROUNDS.values():
+        assert LS.head_checksums(target, rec.spec["method"]) == rec.heads, "the shipped head changed: re-record"
+
+
+@pytest.mark.parametrize("key", [s.key for s in LS.SPECS])
+def test_replays_live_to_the_identical_trace(target, key):
+    rec = ROUNDS[key]
+    live = LS.replay(target, rec)
+    assert LS.differences(rec.trace, live) == []  # every field but the three timings, floats exact
+
+
+def test_differences_sees_a_change_and_ignores_timings():
+    rec = ROUNDS["eagle3-greedy"]
+    other = RoundTrace.from_dict(json.loads(rec.trace.to_json()))
+    other.total_time_s += 1.0
+    assert LS.differences(rec.trace, other) == []
+    other.nodes[3].p = (other.nodes[3].p or 0) + 1e-3
+    other.steps[0].u = 0.5
+    d = LS.differences(rec.trace, other)
+    assert any(x.startswith("nodes[3].p") for x in d)
+    assert any(x.startswith("steps[0].u") for x in d)
+
+
+# ---------------------------------------------------------------------- the page
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_lesson_page_steps_through_every_step(lang):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "views" / "lesson.py"), default_timeout=60)
+    at.session_state["lang"] = lang
+    at.run()
+    assert not at.exception, at.exception
+    n = len(at.selectbox(key="lesson_step").options)
+    assert 6 <= n <= 10
+    seen = []
+    for i in range(n):
+        assert at.session_state["lesson_step"] == i + 1
+        assert not at.exception, (i, at.exception)
+        assert not at.error, (i, [e.value for e in at.error])
+        seen.append(at.header[0].value)
+        text = " ".join(m.value for m in at.markdown)
+        assert "None" not in text
+        for df in at.dataframe:
+            assert "None" not in df.value.astype(str).to_string()
+        if i + 1 < n:
+            at.button(key="lesson_next").click().run()
+    assert len(set(seen)) == n
+    if lang == "zh":
+        assert "附加 token" in seen  # the bonus token, never 奖励
+        assert not any("奖励" in s for s in seen)

@@ -1,0 +1,268 @@
+"""Lesson: ten steps of speculative decoding over recorded real rounds (specviz.lesson).
+
+Nothing here runs the model unless a step's "Run it live" button is pressed: the recordings in
+assets/lessons/ are real engine rounds, re-checked by tests/test_lesson.py.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from specviz import SpecVizError
+from specviz import lesson as LS
+from specviz.i18n import t
+try:
+    from specviz.app.gate import heavy_work
+    from specviz.app.model import get_target
+    from specviz.app.sidebar import page_setup
+    from specviz.app.state import lang, tr
+except ImportError:  # before the app package split
+    from specviz.appstate import get_target, heavy_work, lang, page_setup, tr
+from specviz.viz import EXTRA_ID, ancestors, node_pq_figure, show_token, tree_figure
+from specviz.viz.lesson import bottleneck_figure, pass_ratio, predicted_rows
+from specviz.viz.mask import attention_figure
+from specviz.viz.round import committed_html, extra_dist_figure, extra_title, round_table, rule_caption, walk_u_figure
+
+page_setup()
+L = lang()
+CFG = {"displaylogo": False}
+
+# step -> the recording it shows ("" for none)
+STEPS = (
+    ("s1", "eagle3-greedy"),
+    ("s2", "eagle3-greedy"),
+    ("s3", "eagle3-greedy"),
+    ("s4", "eagle3-greedy"),
+    ("s5", "eagle3-sampled-reject"),
+    ("s6", "eagle3-sampled-reject"),
+    ("s7", "eagle3-sampled-bonus"),
+    ("s8", "eagle3-greedy"),
+    ("s9", "eagle3-greedy"),
+    ("s10", "eagle3-60"),
+)
+N = len(STEPS)
+
+
+@st.cache_resource(show_spinner=False)
+def recordings():
+    return LS.load_rounds(), LS.load_machine()
+
+
+rounds, machine = recordings()
+st.title(tr("lesson.title"))
+st.caption(tr("lesson.intro"))
+if not rounds or machine is None:
+    st.error(tr("lesson.missing"))
+    st.stop()
+
+st.session_state.setdefault("lesson_step", 1)
+
+
+def _go(delta: int):
+    st.session_state["lesson_step"] = min(N, max(1, st.session_state["lesson_step"] + delta))
+
+
+nav = st.columns([1, 1, 4])
+nav[0].button(tr("lesson.prev"), on_click=_go, args=(-1,), disabled=st.session_state["lesson_step"] <= 1, key="lesson_prev")
+nav[1].button(tr("lesson.next"), on_click=_go, args=(1,), disabled=st.session_state["lesson_step"] >= N, key="lesson_next", type="primary")
+nav[2].selectbox(tr("lesson.jump"), list(range(1, N + 1)), key="lesson_step", label_visibility="collapsed",
+                 format_func=lambda i, _lang=L: f"{i}. {t('lesson.' + STEPS[i - 1][0] + '.title', _lang)}")
+step = st.session_state["lesson_step"]
+sid, key = STEPS[step - 1]
+rec = rounds.get(key)
+
+st.caption(tr("lesson.step_of", i=step, n=N))
+st.header(tr(f"lesson.{sid}.title"))
+st.progress(step / N)
+
+
+# ---------------------------------------------------------------- live runs
+def _live_state() -> dict:
+    return st.session_state.setdefault("lesson_live", {})
+
+
+def run_live():
+    """Replay this step's recording through the engine now; step 1 measures the forward curve."""
+    try:
+        target = get_target()
+        if target is None:
+            return
+        with st.spinner("…"), heavy_work():
+            if sid == "s1":
+                curve = LS.forward_curve(target.model, sizes=(1, 4, 16, 25, 64), context=300, repeats=3)
+                _live_state()[sid] = {"curve": {str(k): 1000 * v for k, v in curve.items()}}
+            else:
+                live = LS.replay(target, rec)
+                _live_state()[sid] = {"trace": live, "diff": LS.differences(rec.trace, live, tol=1e-5)}
+    except SpecVizError as e:
+        st.error(tr("c.error", err=e))
+
+
+live = _live_state().get(sid)
+trace = rec.trace if rec else None
+if live and live.get("trace") is not None:
+    trace = live["trace"]
+
+
+# ---------------------------------------------------------------- shared pieces
+def tree_method_text(r) -> str:
+    tree = r.tree
+    if tree.get("kind") == "static":
+        return tr("lesson.tree_static", n=tree["nodes"], d=max(n.depth for n in r.trace.nodes))
+    return tr("lesson.tree_dynamic", n=tree["nodes"], d=tree["depth"], k=tree["top_k"])
+
+
+def provenance(r):
+    sha = ", ".join(f"{k} {v[:12]}" for k, v in r.heads.items()) or "–"
+    T = r.spec["temperature"]
+    rule = tr("rule." + r.trace.rule).split(":")[0] + (f", T = {T}" if T else "")
+    st.caption(tr("lesson.recorded", method=tr("m." + r.spec["method"]), tree=tree_method_text(r), rule=rule, seed=r.seed,
+                  r=r.round_index + 1, prompt=r.spec["prompt"], cpu=r.recorded.get("cpu", "?"), utc=r.recorded.get("utc", "?"), sha=sha))
+
+
+def before_and_after(tr_):
+    if rec.context_text.strip():
+        st.markdown(tr("lesson.written_so_far", text=rec.context_text.strip().replace("\n", " ↵ ")[-160:]))
+    st.markdown(tr("lesson.this_round"))
+    st.html(committed_html(tr_, L))
+
+
+def clicked(chart_key: str):
+    """Node id clicked in the chart `chart_key` (read before drawing, as on the Decode page)."""
+    state = st.session_state.get(chart_key)
+    try:
+        pts = state["selection"]["points"] if state else []
+    except (KeyError, TypeError):
+        pts = []
+    if not pts or pts[0].get("customdata") is None:
+        return None
+    cd = pts[0]["customdata"]
+    return int(cd[0] if isinstance(cd, (list, tuple)) else cd)
+
+
+def tree_chart(tr_, chart_key, reveal=True, selected=None, height=None):
+    fig = tree_figure(tr_, L, selected=selected, reveal=reveal, height=height)
+    st.plotly_chart(fig, key=chart_key, on_select="rerun", selection_mode="points", config=CFG)
+
+
+sfx = "_live" if live and live.get("trace") is not None else ""
+
+# ---------------------------------------------------------------- the steps
+if sid == "s1":
+    curve = dict(machine["forward_ms"])
+    if live and live.get("curve"):
+        curve = live["curve"]
+        st.info(tr("lesson.live_curve", ms=", ".join(f"N={k}: {v:.1f} ms" for k, v in curve.items())))
+    c = {int(k): float(v) for k, v in curve.items()}
+    t1, t25 = c[1], c[1] * pass_ratio(c, 25)
+    st.markdown(tr("lesson.s1.body", t1=t1, t25=t25, r25=t25 / t1, n25=25 * t1))
+    st.plotly_chart(bottleneck_figure(c, L), key=f"l_curve{sfx}", config=CFG)
+    st.caption(f"{machine['machine'].get('cpu', '?')} · {machine['machine'].get('threads', '?')} threads · {machine.get('forward_source', '')}")
+
+elif sid == "s2":
+    d = max(n.depth for n in trace.nodes)
+    st.markdown(tr("lesson.s2.body", d=d, n=len(trace.nodes) - 1))
+    sel = clicked(f"l_tree2{sfx}")
+    cols = st.columns([3, 2])
+    with cols[0]:
+        tree_chart(trace, f"l_tree2{sfx}", reveal=False, selected=sel)
+    with cols[1]:
+        shown = sel if sel is not None and sel != EXTRA_ID else 0
+        pq = node_pq_figure(trace, shown, L, reveal=False)
+        st.markdown(pq.layout.title.text or "")
+        pq.update_layout(title=None, margin=dict(t=20))
+        st.plotly_chart(pq, key=f"l_pq2_{shown}{sfx}", config=CFG)
+    st.dataframe(round_table(trace, L, stage="draft"), hide_index=True, width="stretch", height=300)
+    provenance(rec)
+
+elif sid == "s3":
+    st.markdown(tr("lesson.s3.body", n=len(trace.nodes)))
+    sel = clicked(f"l_tree3{sfx}")
+    sel = sel if sel is not None and 0 <= sel < len(trace.nodes) else None
+    cols = st.columns([2, 3])
+    with cols[0]:
+        tree_chart(trace, f"l_tree3{sfx}", reveal=False, selected=sel, height=None)
+        st.caption(tr("lesson.click"))
+        if sel is not None:
+            anc = ancestors(trace, sel)
+            st.markdown(tr("lesson.selected", id=sel, tok=show_token(trace.nodes[sel].text),
+                           path=" → ".join(f"#{i} {show_token(trace.nodes[i].text)}" for i in anc)))
+    with cols[1]:
+        st.plotly_chart(attention_figure(trace, L, selected=sel, prefix_tail=rec.prefix_tail), key=f"l_mask{sfx}_{sel}", config=CFG)
+    provenance(rec)
+
+elif sid == "s4":
+    c = {int(k): float(v) for k, v in machine["forward_ms"].items()}
+    r_n = pass_ratio(c, len(trace.nodes))
+    st.markdown(tr("lesson.s4.body", ms=r_n * c[min(c)], r=r_n, n=len(trace.nodes)))
+    sel = clicked(f"l_tree4{sfx}")
+    cols = st.columns([3, 2])
+    with cols[0]:
+        tree_chart(trace, f"l_tree4{sfx}", reveal=False, selected=sel)
+    with cols[1]:
+        shown = sel if sel is not None and sel != EXTRA_ID else 0
+        pq = node_pq_figure(trace, shown, L)
+        st.markdown(pq.layout.title.text or "")
+        pq.update_layout(title=None, margin=dict(t=20))
+        st.plotly_chart(pq, key=f"l_pq4_{shown}{sfx}", config=CFG)
+    st.caption(rule_caption(trace, L))
+    st.dataframe(round_table(trace, L, stage="verify"), hide_index=True, width="stretch", height=300)
+    provenance(rec)
+
+elif sid in ("s5", "s6", "s7"):
+    st.markdown(tr(f"lesson.{sid}.body", T=rec.spec["temperature"]))
+    cols = st.columns([3, 2])
+    with cols[0]:
+        tree_chart(trace, f"l_tree{sid}{sfx}")
+    with cols[1]:
+        if sid == "s5":
+            st.plotly_chart(walk_u_figure(trace, L), key=f"l_walk{sfx}", config=CFG)
+        else:
+            st.markdown(extra_title(trace, L))
+            st.plotly_chart(extra_dist_figure(trace, L), key=f"l_extra{sid}{sfx}", config=CFG)
+        before_and_after(trace)
+    st.caption(rule_caption(trace, L))
+    st.dataframe(round_table(trace, L, stage="accept"), hide_index=True, width="stretch", height=300)
+    provenance(rec)
+
+elif sid == "s8":
+    st.markdown(tr("lesson.s8.body"))
+    tabs = st.columns(3)
+    for col, k in zip(tabs, ("eagle1-greedy", "eagle2-greedy", "eagle3-greedy")):
+        r = rounds.get(k)
+        if r is None:
+            continue
+        with col:
+            st.markdown(f"**{tr('m.' + r.spec['method'])}** · {tree_method_text(r)}")
+            st.plotly_chart(tree_figure(r.trace, L, height=620), key=f"l_cmp_{k}", config=CFG)
+            st.caption(tr("lesson.tau_round", c=len(r.trace.committed), a=len(r.trace.accepted_nodes))
+                       + f" · {tr('m.' + r.spec['method'])} · {tr('sb.seed')} {r.seed} · round {r.round_index + 1}")
+    provenance(rec)
+
+elif sid == "s9":
+    ll = machine["lossless"]
+    st.markdown(tr("lesson.s9.body", n=ll["new_tokens"], same=tr("lesson.s9.same" if ll["identical"] else "lesson.s9.differ"),
+                   r=ll["eagle3_rounds"]))
+    st.code(ll["text"], language=None)
+    tree_chart(trace, f"l_tree9{sfx}")
+    provenance(rec)
+
+elif sid == "s10":
+    c = {int(k): float(v) for k, v in machine["forward_ms"].items()}
+    st.markdown(tr("lesson.s10.body", r25=pass_ratio(c, 25), r60=pass_ratio(c, 60), c60=len(trace.committed)))
+    rows = predicted_rows([r for r in rounds.values()], c, L)
+    st.dataframe(rows, hide_index=True, width="stretch")
+    tree_chart(trace, f"l_tree10{sfx}")
+    provenance(rec)
+
+# ---------------------------------------------------------------- run it live
+st.divider()
+if st.button(tr("lesson.run_live"), help=tr("lesson.run_live_help"), key=f"lesson_live_{sid}"):
+    run_live()
+    st.rerun()
+if live and live.get("trace") is not None:
+    if not live["diff"]:
+        st.success(tr("lesson.live_same", d=1000 * live["trace"].draft_time_s, v=1000 * live["trace"].verify_time_s))
+    else:
+        st.error(tr("lesson.live_differs", diff="; ".join(live["diff"][:4])))
+    st.caption(tr("lesson.live_showing"))
