@@ -189,6 +189,12 @@ def test_lossless_page_correct_vs_broken():
     assert runs["correct"].exact_max_diff < 1e-6
     assert runs["no-rejection"].exact_max_diff > 1e-3 and not runs["no-rejection"].passed
     assert len(at.expander) >= 6  # the bug zoo
+    verdicts = [s.value for s in at.success] + [e.value for e in at.error]
+    assert any("threshold is 1e-06" in v for v in verdicts), verdicts  # the exact check leads, threshold stated
+    assert any("fails at ≤ 0.001" in v for v in verdicts), verdicts  # the p-value's threshold beside PASS/FAIL
+    assert any("temperature 0.70" in i.value and "sidebar" in i.value for i in at.info)  # differs from the sidebar: said
+    exact = at.session_state["loss_result"]["expected"]["correct"]
+    assert exact and all(0 < p <= 1 for p in exact.values()) and sum(exact.values()) <= 1 + 1e-9
 
 
 def test_compare_page():
@@ -225,3 +231,49 @@ def test_tune_tree_button_sets_the_device_tuned_size(monkeypatch):
     assert (at.session_state["depth"], at.session_state["total_tokens"]) == (best["depth"], best["total_tokens"])
     assert at.session_state["tree_topk"] == prof["top_k"]
     assert any(f"{best['total_tokens']} nodes" in c.value for c in at.caption)
+
+
+def test_rule_page_single_draw_stepper():
+    at = ok(new_app().run())
+    at.switch_page("views/rule.py").run()
+    ok(at)
+    assert any("one-hot q" in m.value for m in at.markdown)  # EAGLE-2/3's tree rule stated
+    at.select_slider(key="toy_step").set_value(4).run()
+    ok(at)
+    shown = [s.value for s in at.success] + [w.value for w in at.warning]
+    assert any("kept" in v or "residual" in v for v in shown), shown  # step 3: keep x or resample
+    assert at.info, "step 4 says whether a bonus token follows"
+    seeds = set()
+    for _ in range(6):  # fresh random numbers: both outcomes appear for the default preset
+        at.button(key="toy_new_draw").click().run()
+        ok(at)
+        assert at.select_slider(key="toy_step").value == 1
+        seeds.add(at.session_state["toy_draw_seed"])
+    assert len(seeds) == 6
+
+
+def test_compare_acceptance_view_needs_no_run():
+    """The equal-tree acceptance view comes from shipped measurements: no button pressed."""
+    at = ok(new_app().run())
+    at.switch_page("views/compare.py").run()
+    ok(at)
+    taus = {m.label.split(":")[0]: float(m.value) for m in at.metric if "nodes" in m.label}
+    assert {"EAGLE-1", "EAGLE-2", "EAGLE-3", "Medusa"} <= set(taus), taus
+    assert taus["EAGLE-3"] > taus["EAGLE-2"] > taus["EAGLE-1"] > taus["Medusa"]  # at equal size, as in the papers
+    assert any("Table 1" in m.value for m in at.markdown)  # the papers' numbers next to ours
+    assert not any("to be trained" in m.value or "as soon as their heads are trained" in m.value for m in at.markdown)
+    assert any("GPU" in i.value and "none is made up" in i.value for i in at.info)
+
+
+def test_free_batch_lesson_without_prior_run():
+    at = ok(new_app().run())
+    at.switch_page("views/free.py").run()
+    ok(at)
+    assert "last_run" not in at.session_state
+    assert any("Not free" in w.value for w in at.warning)  # says plainly where extra tokens are not free
+    at.multiselect(key="free_batches").set_value([1, 2]).run()
+    at.select_slider(key="free_n").set_value(4).run()
+    at.button(key="free_grid_btn").click().run()
+    ok(at)
+    assert at.number_input(key="free_tau").value > 1.0  # tau from the shipped EAGLE-3 profile, not a placeholder
+    assert any("acceptance profile" in c.value for c in at.caption)

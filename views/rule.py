@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from specviz.appstate import page_setup, lang, tr
+from specviz.app.sidebar import page_setup
+from specviz.app.state import lang, tr
 from specviz.viz import figure_html, toy_chain_figure, toy_sim_figure, toy_two_figure
 from specviz.viz import toy
 from specviz.viz.compare import draw_bars_figure, u_threshold_figure

@@ -162,3 +162,26 @@ def u_threshold_figure(u: float, threshold: float, lang: str = "en") -> go.Figur
     fig.update_layout(barmode="stack", height=150, margin=dict(l=10, r=10, t=40, b=10), legend=LEGEND,
                       xaxis=dict(range=[0, 1], title=t("walk.prob_axis", lang)))
     return fig
+
+
+# ---------------------------------------------------------------------- why extra tokens are (not) free
+def relative_cost_figure(curves: dict[str, tuple[list[int], list[float]]], lang: str = "en",
+                         dash: dict[str, str] | None = None) -> go.Figure:
+    """t(N) / t(1) for each measured machine: 1 everywhere means extra tokens are free; the
+    dotted diagonal is N separate one-token passes (no gain at all)."""
+    fig = go.Figure()
+    top = 1
+    for name, (ns, ms) in curves.items():
+        if not ns or not ms or ms[0] <= 0:
+            continue
+        top = max(top, max(ns))
+        fig.add_trace(go.Scatter(x=ns, y=[m / ms[0] for m in ms], mode="lines+markers", name=name,
+                                 line=dict(dash=(dash or {}).get(name, "solid")),
+                                 customdata=ms, hovertemplate="N=%{x}<br>%{y:.2f}x · %{customdata:.2f} ms<extra></extra>"))
+    fig.add_trace(go.Scatter(x=[1, top], y=[1, top], mode="lines", line=dict(dash="dot", color="#999"),
+                             name=t("free.n_passes", lang)))
+    fig.add_hline(y=1.0, line_dash="dash", line_color="#2ca02c", annotation_text=t("freex.free_line", lang),
+                  annotation_position="top left")
+    fig.update_layout(height=380, margin=MARGIN, legend=LEGEND, xaxis=dict(title=t("free.tokens_axis", lang), type="log"),
+                      yaxis=dict(title=t("free.rel_axis", lang), type="log"))
+    return fig
