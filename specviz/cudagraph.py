@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 BUCKETS = (1, 8, 16, 32, 64)
-POOL_ROUND = 256  # pooled caches come in multiples of this many positions
+POOL_MIN = 1024  # pooled caches hold 1024, 2048, 4096... positions: few sizes, so few captures
 NOTE = "CUDA graphs for passes of up to 64 tokens"
 
 
@@ -120,8 +120,14 @@ class _Graph:
         self.positions = torch.zeros(1, bucket, dtype=torch.long, device=dev)
         self.block = torch.eye(bucket, dtype=torch.bool, device=dev)
         self.length = torch.full((), length, dtype=torch.long, device=dev)
-        run = lambda: static_pass(runner.model, runner.k, runner.v, self.tokens, self.positions, self.length,  # noqa: E731
-                                  self.block, runner.key_index, taps)
+        self.run = lambda: static_pass(runner.model, runner.k, runner.v, self.tokens, self.positions,  # noqa: E731
+                                       self.length, self.block, runner.key_index, taps)
+        self.graph = None
+        if runner.capture:
+            self._capture(runner, dev)
+
+    def _capture(self, runner, dev):
+        run = self.run
         stream = torch.cuda.Stream(dev)
         stream.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(stream):  # warm up off the capture (library handles, kernel choice)
@@ -132,6 +138,13 @@ class _Graph:
         with torch.cuda.graph(self.graph, pool=runner.pool, capture_error_mode="thread_local"):
             self.logits, self.taps = run()
 
+    def replay(self):
+        """One launch of the captured kernels (uncaptured, on a CPU: the same pass, run eagerly)."""
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.logits, self.taps = self.run()
+
 
 class GraphRunner:
     """The CUDA graphs of one model over one KV cache's storage, one per (bucket, taps).
@@ -141,10 +154,11 @@ class GraphRunner:
     sessions on two caches can replay at the same time.
     """
 
-    def __init__(self, model, k: torch.Tensor, v: torch.Tensor):
+    def __init__(self, model, k: torch.Tensor, v: torch.Tensor, capture: bool | None = None):
         self.model, self.k, self.v = model, k, v
+        self.capture = k.is_cuda if capture is None else capture  # False: the same glue, run eagerly (CPU tests)
         self.key_index = torch.arange(k.shape[3], device=k.device)
-        self.pool = torch.cuda.graph_pool_handle()
+        self.pool = torch.cuda.graph_pool_handle() if self.capture else None
         self.graphs: dict[tuple, _Graph] = {}
         self.lock = threading.Lock()
 
@@ -161,7 +175,7 @@ class GraphRunner:
             g.positions.copy_(pos, non_blocking=True)
             g.block.copy_(block, non_blocking=True)
             g.length.fill_(length)
-            g.graph.replay()
+            g.replay()
             # outputs are overwritten by the next replay: hand out copies of the real rows
             return g.logits[:, :T].clone(), {k: v[:, :T].clone() for k, v in g.taps.items()}
 
@@ -185,6 +199,15 @@ def try_forward(model, tokens, cache, positions, tree_mask, taps):
         return None
 
 
+def pool_size(max_len: int) -> int:
+    """The pooled cache size serving `max_len` positions: a power of two, at least POOL_MIN.
+    Attention runs over the whole static cache, which on a GPU costs little next to a launch."""
+    size = POOL_MIN
+    while size < max_len:
+        size *= 2
+    return size
+
+
 class CachePool:
     """Reuses KV cache storage (and the graphs captured over it) across decoders of one model.
 
@@ -200,7 +223,7 @@ class CachePool:
     def acquire(self, max_len: int):
         from .target import KVCache
 
-        size = -(-max_len // POOL_ROUND) * POOL_ROUND
+        size = pool_size(max_len)
         with self.lock:
             free = self.free.setdefault(size, [])
             k, v, graphs = free.pop() if free else (None, None, None)

@@ -86,6 +86,15 @@ class Kit:
         }[method]()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """A tiny model's small ops only fight over a shared CPU's cores: one thread is fastest."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module", params=DEVICES)
 def kit(request):
     return Kit(request.param)
@@ -159,12 +168,8 @@ def test_bench_writes_its_json(kit, tmp_path, monkeypatch):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"question_id": 0, "category": "a", "turns": [" ".join(map(str, PROMPT))]}))
     out = tmp_path / "r.json"
-    threads = torch.get_num_threads()
-    try:  # one thread: a tiny model's many small ops only fight over a shared CPU
-        assert bench.main(["--methods", ",".join(METHODS), "--prompts", str(prompts), "--max-new-tokens", "10",
-                           "--device", kit.device, "--threads", "1", "--out", str(out)]) == 0
-    finally:
-        torch.set_num_threads(threads)
+    assert bench.main(["--methods", ",".join(METHODS), "--prompts", str(prompts), "--max-new-tokens", "10",
+                       "--device", kit.device, "--out", str(out)]) == 0
     res = json.loads(out.read_text())["by_dtype"]["fp32"]["methods"]
     assert list(res) == METHODS
     for m, s in res.items():
@@ -227,6 +232,7 @@ def test_block_kernel_refuses_tensors_off_the_cpu():
 # ----------------------------------------------------------------------------- CUDA-graph pieces on a CPU
 def test_buckets():
     assert [cudagraph.bucket_for(n) for n in (1, 2, 8, 9, 33, 64, 65)] == [1, 8, 8, 16, 64, 64, None]
+    assert [cudagraph.pool_size(n) for n in (10, 1024, 1025, 5000)] == [1024, 1024, 2048, 8192]
 
 
 def test_padding_rows_are_isolated():
@@ -276,6 +282,25 @@ def test_padded_static_pass_matches_the_eager_pass(n, tree):
     torch.testing.assert_close(static_cache.v[:, :, :, : 20 + n], eager_cache.v[:, :, :, : 20 + n], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("method", ["vanilla", "sps", "eagle2"])
+def test_graph_glue_on_a_cpu_gives_the_eager_output(method):
+    """Everything a CUDA graph pass does except the capture (pooled caches, buckets, padding, static
+    buffers, copies out), run on a CPU through the engine: same tokens as the eager runtime."""
+    kit = Kit("cpu")
+    params = SamplingParams(temperature=1.0)
+    eager = SpeculativeDecoder(kit.target, kit.drafter(method), params, seed=3).generate(PROMPT, NEW, chat=False)
+    for m in (kit.target.model, kit.draft):
+        m.cuda_graphs, m._cache_pool = True, cudagraph.CachePool(m)
+    dec = SpeculativeDecoder(kit.target, kit.drafter(method), params, seed=3)
+    res = dec.generate(PROMPT, NEW, chat=False)
+    assert res.tokens == eager.tokens
+    assert dec.cache.max_len == cudagraph.POOL_MIN and not dec.cache.graphs.capture
+    used = {bucket for bucket, _ in dec.cache.graphs.graphs}
+    assert 1 in used if method == "vanilla" else used & {8, 16}, used
+    if method == "sps":
+        assert dec.drafter.cache.graphs.graphs, "the draft model's one-token passes go through the graph glue too"
+
+
 # ----------------------------------------------------------------------------- CUDA only
 cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
 
@@ -290,13 +315,17 @@ def test_graphed_pass_matches_eager_on_cuda(n):
     model.forward(torch.randint(2, 128, (1, 70), generator=g), cache)  # 70 tokens: an eager prefill
     cache.commit()
     tokens = torch.randint(2, 128, (1, n), generator=g)
-    ref_cache = cache.clone()  # a clone has no graphs: its passes run eagerly
-    assert ref_cache.graphs is None
+    ref_cache = cache.clone()
     for _ in range(3):  # capture, then replays
         cache.truncate(70)
         graphed = model.forward(tokens, cache, taps=(3, "final"))
     assert cache.graphs is not None and cache.graphs.graphs, "the pass should have been graphed"
-    eager = model.forward(tokens, ref_cache, taps=(3, "final"))
+    model.cuda_graphs = False  # the same pass, eagerly
+    try:
+        eager = model.forward(tokens, ref_cache, taps=(3, "final"))
+    finally:
+        model.cuda_graphs = True
+    assert ref_cache.graphs is None
     torch.testing.assert_close(graphed.logits, eager.logits, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(graphed.taps["final"], eager.taps["final"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(cache.k[:, :, :, : 70 + n], ref_cache.k[:, :, :, : 70 + n], atol=1e-5, rtol=1e-5)
