@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from . import SpecVizError
+from . import SpecVizError, cudagraph
 from .config import ModelConfig, rope_inv_freq
 
 
@@ -158,8 +158,6 @@ class TargetModel:
         self.lm_head_blocks = None
         self.fused_max_tokens = FUSED_MAX_TOKENS
         self._lib = None
-        from . import cudagraph
-
         self.cuda_graphs = cudagraph.wanted(self.device)  # capture short passes as CUDA graphs
         self._cache_pool = cudagraph.CachePool(self) if self.cuda_graphs else None
         self.kernel_note = "dense weights" + (f", {cudagraph.NOTE}" if self.cuda_graphs else "")
@@ -275,8 +273,6 @@ class TargetModel:
         if positions.dim() == 1:
             positions = positions[None].expand(B, T)
         if self.cuda_graphs:
-            from . import cudagraph
-
             graphed = cudagraph.try_forward(self, tokens, cache, positions, tree_mask, taps)
             if graphed is not None:
                 logits, out_taps = graphed
