@@ -163,16 +163,16 @@ elif sid == "s2":
     d = max(n.depth for n in trace.nodes)
     st.markdown(tr("lesson.s2.body", d=d, n=len(trace.nodes) - 1))
     sel = clicked(f"l_tree2{sfx}")
-    cols = st.columns([3, 2])
+    tree_chart(trace, f"l_tree2{sfx}", reveal=False, selected=sel)
+    cols = st.columns([2, 3])
     with cols[0]:
-        tree_chart(trace, f"l_tree2{sfx}", reveal=False, selected=sel)
-    with cols[1]:
         shown = sel if sel is not None and sel != EXTRA_ID else 0
         pq = node_pq_figure(trace, shown, L, reveal=False)
         st.markdown(pq.layout.title.text or "")
         pq.update_layout(title=None, margin=dict(t=20))
         st.plotly_chart(pq, key=f"l_pq2_{shown}{sfx}", config=CFG)
-    st.dataframe(round_table(trace, L, stage="draft"), hide_index=True, width="stretch", height=300)
+    with cols[1]:
+        st.dataframe(round_table(trace, L, stage="draft"), hide_index=True, width="stretch", height=380)
     provenance(rec)
 
 elif sid == "s3":
@@ -196,30 +196,29 @@ elif sid == "s4":
     r_n = pass_ratio(c, len(trace.nodes))
     st.markdown(tr("lesson.s4.body", ms=r_n * c[min(c)], r=r_n, n=len(trace.nodes)))
     sel = clicked(f"l_tree4{sfx}")
-    cols = st.columns([3, 2])
+    tree_chart(trace, f"l_tree4{sfx}", reveal=False, selected=sel)
+    cols = st.columns([2, 3])
     with cols[0]:
-        tree_chart(trace, f"l_tree4{sfx}", reveal=False, selected=sel)
-    with cols[1]:
         shown = sel if sel is not None and sel != EXTRA_ID else 0
         pq = node_pq_figure(trace, shown, L)
         st.markdown(pq.layout.title.text or "")
         pq.update_layout(title=None, margin=dict(t=20))
         st.plotly_chart(pq, key=f"l_pq4_{shown}{sfx}", config=CFG)
-    st.caption(rule_caption(trace, L))
-    st.dataframe(round_table(trace, L, stage="verify"), hide_index=True, width="stretch", height=300)
+    with cols[1]:
+        st.dataframe(round_table(trace, L, stage="verify"), hide_index=True, width="stretch", height=380)
     provenance(rec)
 
 elif sid in ("s5", "s6", "s7"):
     st.markdown(tr(f"lesson.{sid}.body", T=rec.spec["temperature"]))
+    tree_chart(trace, f"l_tree{sid}{sfx}")
     cols = st.columns([3, 2])
     with cols[0]:
-        tree_chart(trace, f"l_tree{sid}{sfx}")
-    with cols[1]:
         if sid == "s5":
             st.plotly_chart(walk_u_figure(trace, L), key=f"l_walk{sfx}", config=CFG)
         else:
             st.markdown(extra_title(trace, L))
             st.plotly_chart(extra_dist_figure(trace, L), key=f"l_extra{sid}{sfx}", config=CFG)
+    with cols[1]:
         before_and_after(trace)
     st.caption(rule_caption(trace, L))
     st.dataframe(round_table(trace, L, stage="accept"), hide_index=True, width="stretch", height=300)
@@ -227,16 +226,13 @@ elif sid in ("s5", "s6", "s7"):
 
 elif sid == "s8":
     st.markdown(tr("lesson.s8.body"))
-    tabs = st.columns(3)
-    for col, k in zip(tabs, ("eagle1-greedy", "eagle2-greedy", "eagle3-greedy")):
+    for k in ("eagle1-greedy", "eagle2-greedy", "eagle3-greedy"):
         r = rounds.get(k)
         if r is None:
             continue
-        with col:
-            st.markdown(f"**{tr('m.' + r.spec['method'])}** · {tree_method_text(r)}")
-            st.plotly_chart(tree_figure(r.trace, L, height=620), key=f"l_cmp_{k}", config=CFG)
-            st.caption(tr("lesson.tau_round", c=len(r.trace.committed), a=len(r.trace.accepted_nodes))
-                       + f" · {tr('m.' + r.spec['method'])} · {tr('sb.seed')} {r.seed} · round {r.round_index + 1}")
+        st.markdown(f"**{tr('m.' + r.spec['method'])}** · {tree_method_text(r)} · "
+                    + tr("lesson.tau_round", c=len(r.trace.committed), a=len(r.trace.accepted_nodes)))
+        st.plotly_chart(tree_figure(r.trace, L), key=f"l_cmp_{k}", config=CFG)
     provenance(rec)
 
 elif sid == "s9":

@@ -189,9 +189,11 @@ def tree_figure(
     if show_extra and reveal and (max_depth is None or max_depth >= trace.nodes[-1].depth):
         anchor = trace.accepted_nodes[-1] if trace.accepted_nodes else trace.nodes[0].id
         ax, ay = pos[anchor]
-        # one level right of its anchor, just below whatever the tree has at that depth
-        same_x = [py for (px, py) in pos.values() if px == ax + 1]
-        xx, yy = ax + 1, (min(same_x) - 0.8) if same_x else ay
+        if big:  # beside its anchor, between two depth columns: no long edge across the tree
+            xx, yy = ax + 0.5, ay - 0.5
+        else:  # one level right of its anchor, just below whatever the tree has at that depth
+            same_x = [py for (px, py) in pos.values() if px == ax + 1]
+            xx, yy = ax + 1, (min(same_x) - 0.8) if same_x else ay
         src = trace.extra_source
         fig.add_trace(
             go.Scatter(x=[ax, xx], y=[ay, yy], mode="lines", line=dict(color=SOURCE_COLORS.get(src, "#555"), width=2, dash="dot"), hoverinfo="skip", showlegend=False)
@@ -215,8 +217,8 @@ def tree_figure(
     ys = [yy for d in fig.data for yy in (d.y or []) if yy is not None]
     xs = [xx_ for d in fig.data for xx_ in (d.x or []) if xx_ is not None]
     fig.update_layout(
-        height=height or max(280, min(1500, 120 + (30 if big else 38) * n_leaves)),
-        margin=dict(l=10, r=10, t=10, b=10),
+        height=height or max(280, min(1600, 140 + (36 if big else 38) * n_leaves)),
+        margin=dict(l=10, r=10, t=36, b=10),  # room above for the top labels, clear of the modebar
         xaxis=dict(title=t("tree.depth", lang), dtick=1, showgrid=False, zeroline=False,
                    range=[min(xs) - 0.4, max(xs) + 0.4] if xs else None),
         yaxis=dict(visible=False, range=[min(ys) - 0.7, max(ys) + 0.7] if ys else None),

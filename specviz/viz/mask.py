@@ -95,7 +95,7 @@ def attention_figure(trace: RoundTrace, lang: str = "en", selected: int | None =
                                line=dict(color="#d62728", width=1.5, dash="dot")))
     size = max(320, min(1300, 160 + 22 * n))
     fig.update_layout(
-        height=size, shapes=shapes, margin=dict(l=10, r=10, t=10, b=10), plot_bgcolor="white",
+        height=size, shapes=shapes, margin=dict(l=10, r=10, t=80, b=10), plot_bgcolor="white",
         yaxis=dict(autorange="reversed", title=dict(text=t("mask.row_axis", lang), standoff=4), tickfont=dict(size=10), automargin=True),
         xaxis=dict(title=dict(text=t("mask.col_axis_prefix", lang, k=n_prefix, L=L), standoff=4), tickangle=-60, tickfont=dict(size=10),
                    side="bottom", automargin=True),

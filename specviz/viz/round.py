@@ -122,9 +122,9 @@ def walk_u_figure(trace: RoundTrace, lang: str = "en") -> go.Figure:
     if us:
         fig.add_trace(go.Scatter(y=[y for y, _, _ in us], x=[u for _, u, _ in us], mode="markers+text", name=t("round.u_draw", lang),
                                  marker=dict(symbol="diamond", size=14, color="#111", line=dict(color="white", width=1)),
-                                 text=[f"u = {u:.3f} {'✓' if ok else '✗'}" for _, u, ok in us], textposition="top center",
+                                 text=[f"u = {u:.3f} {'✓' if ok else '✗'}" for _, u, ok in us], textposition="middle right",
                                  hovertemplate="%{y}<br>u = %{x:.4f}<extra></extra>"))
-    fig.update_layout(barmode="stack", height=110 + 44 * max(1, len(steps)), margin=dict(l=10, r=10, t=40, b=10),
+    fig.update_layout(barmode="stack", height=130 + 44 * max(1, len(steps)), margin=dict(l=10, r=10, t=70, b=10),
                       xaxis=dict(range=[0, 1], title=t("round.u_axis", lang), dtick=0.1),
                       yaxis=dict(autorange="reversed", automargin=True), legend=LEGEND_TOP, plot_bgcolor="white")
     return fig
@@ -179,7 +179,7 @@ def extra_dist_figure(trace: RoundTrace, lang: str = "en") -> go.Figure:
     fig.add_trace(go.Scatter(x=[x for x, c in zip(xs, chosen) if c], y=[max(ys) * 1.12 + 0.02], mode="markers",
                              marker=dict(symbol="star", size=16, color=color), name=t("round.drawn", lang, src=t("source." + trace.extra_source, lang)),
                              hoverinfo="skip"))
-    fig.update_layout(height=330, margin=dict(l=10, r=10, t=40, b=10), yaxis=dict(title=t("pq.prob", lang), rangemode="tozero"),
+    fig.update_layout(height=350, margin=dict(l=10, r=10, t=70, b=10), yaxis=dict(title=t("pq.prob", lang), rangemode="tozero"),
                       legend=LEGEND_TOP, plot_bgcolor="white", xaxis=dict(tickangle=-30))
     return fig
 
