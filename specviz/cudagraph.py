@@ -10,7 +10,9 @@ shapes and fixed addresses, so (as in gpt-fast) a graphed pass:
   slots after the real ones, which are pending (uncommitted) anyway;
 - attends over the whole static KV cache with a mask computed on the device from the cache
   length (a tensor), and writes its keys/values with `index_copy_` at `length + row`;
-- reads its inputs from, and leaves its outputs in, static buffers owned by the graph.
+- reads its inputs from, and leaves its outputs in, static buffers owned by the graph;
+- runs over a cache from the model's pool (`TargetModel.new_cache` on CUDA), so the next prompt
+  replays the last one's graphs; other caches (a `clone()`, batches) run eagerly.
 
 The pass itself (`static_pass`) is plain torch and runs on any device: the tests check on a CPU
 that a padded pass gives the unpadded eager pass's logits, taps and cache entries. Only
@@ -181,17 +183,16 @@ class GraphRunner:
 
 
 def try_forward(model, tokens, cache, positions, tree_mask, taps):
-    """A graphed pass when this one can be (batch 1, <= 64 tokens, room in the cache), else None."""
+    """A graphed pass when this one can be (a pooled cache, batch 1, <= 64 tokens, room in the
+    cache), else None: the caller runs it eagerly."""
     T = tokens.shape[-1]
     bucket = bucket_for(T)
     L = cache.length
-    if bucket is None or tokens.shape[0] != 1 or cache.key_mask is not None or L + bucket > cache.max_len:
+    if (cache.graphs is None or bucket is None or tokens.shape[0] != 1 or cache.key_mask is not None
+            or L + bucket > cache.max_len):
         return None
-    taps = tuple(taps)
     try:
-        if cache.graphs is None:
-            cache.graphs = GraphRunner(model, cache.k, cache.v)
-        return cache.graphs.run(tokens, positions, tree_mask, L, taps)
+        return cache.graphs.run(tokens, positions, tree_mask, L, tuple(taps))
     except Exception as e:  # a capture that fails must not take the engine down: run eagerly from now on
         warnings.warn(f"CUDA graph capture failed ({type(e).__name__}: {e}); running without graphs.", stacklevel=2)
         model.cuda_graphs = False
