@@ -20,13 +20,12 @@ from specviz.viz import (
     colored_text_html,
     figure_html,
     legend_html,
-    mask_figure,
     node_pq_figure,
     token_sources,
     tree_figure,
-    walk_figure,
-    walk_table,
 )
+from specviz.viz.mask import attention_figure
+from specviz.viz.round import extra_dist_figure, extra_title, round_table, rule_caption, walk_u_figure
 
 page_setup()
 st.title(tr("dec.title"))
@@ -144,9 +143,10 @@ def tree_chart(trace, make_fig, key):
     return fig, sel_now
 
 
-def _pq_panel(trace, shown: int, L: str):
-    """The p-vs-q bars of one node, title split off (it goes above, clear of the modebar)."""
-    pq = node_pq_figure(trace, shown, L)
+def _pq_panel(trace, shown: int, L: str, reveal: bool = True):
+    """The p-vs-q bars of one node, title split off (it goes above, clear of the modebar);
+    q only before the verify pass (`reveal` False)."""
+    pq = node_pq_figure(trace, shown, L, reveal=reveal)
     title = pq.layout.title.text or ""
     pq.update_layout(title=None, margin=dict(t=20))
     return title, pq
@@ -192,16 +192,17 @@ def round_view(sess, view: int, L: str):
         st.caption(tr("dec.click"))
     with right:
         shown = sel if sel is not None else 0
-        title, pq = cached("pq", trace, L, shown, build=lambda: _pq_panel(trace, shown, L))
+        reveal = stage == "accept" or (stage == "verify" and shown != EXTRA_ID)
+        title, pq = cached("pq", trace, L, shown, reveal, build=lambda: _pq_panel(trace, shown, L, reveal))
         if sel is not None:
             st.markdown(f"**{tr('dec.selected', id='★' if sel == EXTRA_ID else sel)}**")
         st.markdown(title)
-        st.plotly_chart(pq, key=f"pq_{view}_{shown}", config={"displaylogo": False})
+        st.plotly_chart(pq, key=f"pq_{view}_{shown}_{int(reveal)}", config={"displaylogo": False})
         st.caption(tr("pq.top_note"))
 
     if stage == "verify":
         msel = sel if sel is not None and sel >= 0 else None
-        mfig = cached("mask", trace, L, msel, build=lambda: mask_figure(trace, L, selected=msel))
+        mfig = cached("attention", trace, L, msel, build=lambda: attention_figure(trace, L, selected=msel))
         st.plotly_chart(mfig, key=f"mask_{view}", config={"displaylogo": False})
         st.download_button(tr("c.download_html") + " (mask)", lambda: figure_html(mfig), file_name=f"round{view + 1}_mask.html",
                            mime="text/html", key="dl_mask")
@@ -209,11 +210,17 @@ def round_view(sess, view: int, L: str):
         acc = len(trace.accepted_nodes)
         st.markdown(tr("dec.accept_text", rule=tr("rule." + trace.rule), a=acc, tok=trace.extra_text.replace("\n", "↵"),
                        src=tr("source." + trace.extra_source), c=len(trace.committed)))
-        if trace.steps:
-            st.plotly_chart(cached("walk", trace, L, build=lambda: walk_figure(trace, L)), key=f"walk_{view}", config={"displaylogo": False})
-        else:
-            st.caption(tr("dec.no_steps"))
-        st.dataframe(cached("walk_table", trace, L, build=lambda: walk_table(trace, L)), hide_index=True, width="stretch")
+        wcol, xcol = st.columns(2)
+        with wcol:
+            if trace.steps:
+                st.plotly_chart(cached("walk_u", trace, L, build=lambda: walk_u_figure(trace, L)), key=f"walk_{view}", config={"displaylogo": False})
+            else:
+                st.caption(tr("dec.no_steps"))
+        with xcol:
+            st.markdown(extra_title(trace, L))
+            st.plotly_chart(cached("extra", trace, L, build=lambda: extra_dist_figure(trace, L)), key=f"extra_{view}", config={"displaylogo": False})
+        st.caption(rule_caption(trace, L))
+        st.dataframe(cached("round_table", trace, L, build=lambda: round_table(trace, L, "accept")), hide_index=True, width="stretch")
 
     st.subheader(tr("dec.text_so_far"))
     upto = traces[: view + 1]
