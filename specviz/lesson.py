@@ -262,7 +262,7 @@ def load_machine(folder: Path = LESSON_DIR) -> dict | None:
 BENCH_CURVE = Path(__file__).resolve().parent.parent / "assets" / "results" / "specbench_fp32_t0.json"
 
 
-def cost_curve(target, measure: bool = False) -> tuple[dict, str]:
+def cost_curve(target, measure: bool = False) -> tuple[dict, dict]:
     """ms of one target pass over N tokens after 300 cached ones, and where it comes from. The
     benchmark's curve (`python -m specviz.bench --forward-curve`, measured on an idle machine) is
     preferred: a curve measured while other work shares the two cores is meaningless."""
@@ -270,9 +270,11 @@ def cost_curve(target, measure: bool = False) -> tuple[dict, str]:
         d = json.loads(BENCH_CURVE.read_text())
         curve = d.get("by_dtype", {}).get("fp32", {}).get("forward_ms")
         if curve:
-            return dict(curve), f"{BENCH_CURVE.parent.name}/{BENCH_CURVE.name} ({d.get('date', '?')[:10]}, fp32, {d.get('settings', {}).get('weights', '?')} weights)"
+            return dict(curve), {"file": f"{BENCH_CURVE.parent.name}/{BENCH_CURVE.name}", "date": d.get("date", "?")[:10],
+                                 "weights": d.get("settings", {}).get("weights", "?")}
     curve = forward_curve(target.model, sizes=(1, 4, 16, 25, 64), context=300, repeats=5)
-    return {str(k): 1000 * v for k, v in curve.items()}, "measured by python -m specviz.lesson record"
+    return ({str(k): 1000 * v for k, v in curve.items()},
+            {"file": "python -m specviz.lesson record --measure", "date": time.strftime("%Y-%m-%d"), "weights": "fp32"})
 
 
 def record_machine(target, measure: bool = False, log=print) -> dict:

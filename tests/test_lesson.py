@@ -67,6 +67,7 @@ def test_differences_sees_a_change_and_ignores_timings():
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_lesson_page_steps_through_every_step(lang):
     from streamlit.testing.v1 import AppTest
+    from test_zh import english_left
 
     at = AppTest.from_file(str(ROOT / "views" / "lesson.py"), default_timeout=60)
     at.session_state["lang"] = lang
@@ -80,6 +81,8 @@ def test_lesson_page_steps_through_every_step(lang):
         assert not at.exception, (i, at.exception)
         assert not at.error, (i, [e.value for e in at.error])
         seen.append(at.header[0].value)
+        if lang == "zh":  # the page's own text (the shared sidebar is checked by test_zh)
+            assert not english_left(at.main), (i + 1, english_left(at.main))
         text = " ".join(m.value for m in at.markdown)
         assert "None" not in text
         for df in at.dataframe:

@@ -113,7 +113,7 @@ def tree_method_text(r) -> str:
 
 
 def provenance(r):
-    sha = ", ".join(f"{k} {v[:12]}" for k, v in r.heads.items()) or "–"
+    sha = ", ".join(f"`{k} sha256 {v[:12]}`" for k, v in r.heads.items()) or "–"
     T = r.spec["temperature"]
     rule = tr("rule." + r.trace.rule).split(":")[0] + (f", T = {T}" if T else "")
     st.caption(tr("lesson.recorded", method=tr("m." + r.spec["method"]), tree=tree_method_text(r), rule=rule, seed=r.seed,
@@ -157,7 +157,10 @@ if sid == "s1":
     t1, t25 = c[1], c[1] * pass_ratio(c, 25)
     st.markdown(tr("lesson.s1.body", t1=t1, t25=t25, r25=t25 / t1, n25=25 * t1))
     st.plotly_chart(bottleneck_figure(c, L), key=f"l_curve{sfx}", config=CFG)
-    st.caption(f"{machine['machine'].get('cpu', '?')} · {machine['machine'].get('threads', '?')} threads · {machine.get('forward_source', '')}")
+    src = machine.get("forward_source") or {}
+    st.caption(tr("lesson.curve_src", cpu=machine["machine"].get("cpu", "?"), th=machine["machine"].get("threads", "?"),
+                  file=src.get("file", "?"), date=src.get("date", "?"),
+                  w=tr("lesson.w_blocks") if src.get("weights") == "blocks" else tr("lesson.w_dense")))
 
 elif sid == "s2":
     d = max(n.depth for n in trace.nodes)
