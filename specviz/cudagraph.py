@@ -111,49 +111,52 @@ def static_pass(model, k_cache, v_cache, tokens, positions, length, block, key_i
 
 
 # ----------------------------------------------------------------------------- capture and replay
+class Captured:
+    """One pass `run()` over static input buffers: captured as a CUDA graph and replayed with one
+    launch (capture=True), or run as it is at each replay (the same glue, testable on a CPU)."""
+
+    def __init__(self, run, capture: bool, pool=None, device=None):
+        self.run, self.graph, self.out = run, None, None
+        if capture:
+            stream = torch.cuda.Stream(device)
+            stream.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(stream):  # warm up off the capture (library handles, kernel choice)
+                for _ in range(2):
+                    run()
+            torch.cuda.current_stream(device).wait_stream(stream)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
+                self.out = run()
+
+    def replay(self):
+        """The outputs, in buffers the next replay overwrites."""
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.out = self.run()
+        return self.out
+
+
 class _Graph:
-    """One captured pass: its static inputs, the graph, its static outputs."""
+    """One target pass size: static inputs and the captured pass. Warm-up and capture write keys
+    at length .. length+bucket-1: pending slots, which the real replay right after overwrites."""
 
     def __init__(self, runner: "GraphRunner", bucket: int, taps: tuple, length: int):
-        # warm-up and capture write keys at length .. length+bucket-1: pending slots, which the
-        # real replay right after overwrites
         dev = runner.k.device
         self.tokens = torch.zeros(1, bucket, dtype=torch.long, device=dev)
         self.positions = torch.zeros(1, bucket, dtype=torch.long, device=dev)
         self.block = torch.eye(bucket, dtype=torch.bool, device=dev)
         self.length = torch.full((), length, dtype=torch.long, device=dev)
-        self.run = lambda: static_pass(runner.model, runner.k, runner.v, self.tokens, self.positions,  # noqa: E731
-                                       self.length, self.block, runner.key_index, taps)
-        self.graph = None
-        if runner.capture:
-            self._capture(runner, dev)
-
-    def _capture(self, runner, dev):
-        run = self.run
-        stream = torch.cuda.Stream(dev)
-        stream.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(stream):  # warm up off the capture (library handles, kernel choice)
-            for _ in range(2):
-                run()
-        torch.cuda.current_stream(dev).wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=runner.pool, capture_error_mode="thread_local"):
-            self.logits, self.taps = run()
-
-    def replay(self):
-        """One launch of the captured kernels (uncaptured, on a CPU: the same pass, run eagerly)."""
-        if self.graph is not None:
-            self.graph.replay()
-        else:
-            self.logits, self.taps = self.run()
+        run = lambda: static_pass(runner.model, runner.k, runner.v, self.tokens, self.positions,  # noqa: E731
+                                  self.length, self.block, runner.key_index, taps)
+        self.captured = Captured(run, runner.capture, runner.pool, dev)
 
 
 class GraphRunner:
     """The CUDA graphs of one model over one KV cache's storage, one per (bucket, taps).
 
-    Captured lazily on first use of a size (the warm-up writes only pending slots, which the real
-    replay then overwrites). Graphs of one runner share a memory pool; runners do not, so two
-    sessions on two caches can replay at the same time.
+    Captured lazily on first use of a size. Graphs of one runner share a memory pool; runners do
+    not, so two sessions on two caches can replay at the same time.
     """
 
     def __init__(self, model, k: torch.Tensor, v: torch.Tensor, capture: bool | None = None):
@@ -177,9 +180,88 @@ class GraphRunner:
             g.positions.copy_(pos, non_blocking=True)
             g.block.copy_(block, non_blocking=True)
             g.length.fill_(length)
-            g.replay()
+            logits, taps_out = g.captured.replay()
             # outputs are overwritten by the next replay: hand out copies of the real rows
-            return g.logits[:, :T].clone(), {k: v[:, :T].clone() for k, v in g.taps.items()}
+            return logits[:, :T].clone(), {k: v[:, :T].clone() for k, v in taps_out.items()}
+
+
+# ----------------------------------------------------------------------------- draft heads
+def head_mask(length: int, offset: int, block: torch.Tensor | None, T: int, bucket: int, size: int) -> torch.Tensor:
+    """[1, 1, bucket, size] mask of an EAGLE head's drafting pass over its whole cache: every row sees
+    the committed entries (< length); real row r sees the tree entries and new rows `block[r]`
+    allows (default: all earlier + causal); padding row r sees itself (slot length+offset+r) only."""
+    m = torch.zeros(bucket, size, dtype=torch.bool)
+    m[:, :length] = True
+    if block is None:
+        block = torch.cat([torch.ones(T, offset, dtype=torch.bool), torch.ones(T, T, dtype=torch.bool).tril()], dim=1)
+    m[:T, length : length + offset + T] = block.to("cpu", torch.bool)
+    pad = torch.arange(T, bucket)
+    m[pad, length + offset + pad] = True
+    m[pad, :length] = False
+    return m[None, None]
+
+
+def static_head_pass(head, k_cache, v_cache, tokens, hidden, positions, start, mask, key_index, first=False):
+    """An EAGLE head's shape-static drafting pass: writes its keys/values at slots start ..
+    start+Tb-1 of the head cache ([1, kv_heads, S, head_dim]) and attends over all of it."""
+    emb = head.embed(tokens)
+    cos, sin = head.rotary(positions, emb.dtype)
+    q, k, v, res, lay = head.layer_qkv(emb, hidden, cos, sin, first=first)
+    slots = key_index[: tokens.shape[1]] + start
+    k_cache.index_copy_(2, slots, k)
+    v_cache.index_copy_(2, slots, v)
+    return head.layer_post(lay.self_attn.attend(q, k_cache, v_cache, mask=mask), res)
+
+
+class HeadGraphRunner:
+    """The graphs of one EAGLE head over one head cache's storage, one per (bucket, first)."""
+
+    def __init__(self, head, k: torch.Tensor, v: torch.Tensor, capture: bool | None = None):
+        self.head, self.k, self.v = head, k, v
+        self.capture = k.is_cuda if capture is None else capture
+        self.key_index = torch.arange(k.shape[2], device=k.device)
+        self.pool = torch.cuda.graph_pool_handle() if self.capture else None
+        self.graphs: dict[tuple, tuple] = {}
+
+    def run(self, tokens, hidden, positions, length: int, offset: int, block, first: bool):
+        T, dev = tokens.shape[1], self.k.device
+        bucket = bucket_for(T)
+        g = self.graphs.get((bucket, first))
+        if g is None:
+            H = hidden.shape[-1]
+            bufs = dict(tokens=torch.zeros(1, bucket, dtype=torch.long, device=dev),
+                        hidden=torch.zeros(1, bucket, H, dtype=self.k.dtype, device=dev),
+                        positions=torch.zeros(1, bucket, dtype=torch.long, device=dev),
+                        start=torch.full((), length + offset, dtype=torch.long, device=dev),
+                        mask=head_mask(length, offset, None, 0, bucket, self.k.shape[2]).to(dev))
+            run = lambda b=bufs: static_head_pass(self.head, self.k, self.v, b["tokens"], b["hidden"],  # noqa: E731
+                                                  b["positions"], b["start"], b["mask"], self.key_index, first)
+            g = self.graphs[(bucket, first)] = (bufs, Captured(run, self.capture, self.pool, dev))
+        bufs, captured = g
+        bufs["tokens"][:, :T].copy_(tokens.reshape(1, T), non_blocking=True)
+        bufs["hidden"][:, :T].copy_(hidden.reshape(1, T, -1), non_blocking=True)
+        bufs["positions"][:, :T].copy_(positions.reshape(1, T), non_blocking=True)
+        bufs["start"].fill_(length + offset)
+        bufs["mask"].copy_(head_mask(length, offset, block, T, bucket, self.k.shape[2]), non_blocking=True)
+        return captured.replay()[:, :T].clone()
+
+
+def head_forward(head, tokens, hidden, positions, cache, block, first: bool, offset: int):
+    """A graphed drafting pass of an EAGLE head when this one can be (batch 1, <= 64 rows, room in
+    its cache), else None. The graphs live on the cache and are dropped when it grows."""
+    T = tokens.shape[1]
+    bucket = bucket_for(T)
+    if bucket is None or tokens.shape[0] != 1 or cache.length + offset + bucket > cache.max_len:
+        return None
+    try:
+        runner = cache.graphs
+        if runner is None or runner.k is not cache.k:
+            runner = cache.graphs = HeadGraphRunner(head, cache.k, cache.v)
+        return runner.run(tokens, hidden, positions, cache.length, offset, block, first)
+    except Exception as e:  # never take drafting down: this head runs eagerly from now on
+        warnings.warn(f"CUDA graph capture of the draft head failed ({type(e).__name__}: {e}).", stacklevel=2)
+        head.graphs = False
+        return None
 
 
 def try_forward(model, tokens, cache, positions, tree_mask, taps):

@@ -282,7 +282,7 @@ def test_padded_static_pass_matches_the_eager_pass(n, tree):
     torch.testing.assert_close(static_cache.v[:, :, :, : 20 + n], eager_cache.v[:, :, :, : 20 + n], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("method", ["vanilla", "sps", "eagle2"])
+@pytest.mark.parametrize("method", ["vanilla", "sps", "eagle2", "eagle3"])
 def test_graph_glue_on_a_cpu_gives_the_eager_output(method):
     """Everything a CUDA graph pass does except the capture (pooled caches, buckets, padding, static
     buffers, copies out), run on a CPU through the engine: same tokens as the eager runtime."""
@@ -291,6 +291,7 @@ def test_graph_glue_on_a_cpu_gives_the_eager_output(method):
     eager = SpeculativeDecoder(kit.target, kit.drafter(method), params, seed=3).generate(PROMPT, NEW, chat=False)
     for m in (kit.target.model, kit.draft):
         m.cuda_graphs, m._cache_pool = True, cudagraph.CachePool(m)
+    kit.e1.graphs = kit.e3.graphs = True  # the EAGLE heads' drafting passes too
     dec = SpeculativeDecoder(kit.target, kit.drafter(method), params, seed=3)
     res = dec.generate(PROMPT, NEW, chat=False)
     assert res.tokens == eager.tokens
@@ -299,6 +300,40 @@ def test_graph_glue_on_a_cpu_gives_the_eager_output(method):
     assert 1 in used if method == "vanilla" else used & {8, 16}, used
     if method == "sps":
         assert dec.drafter.cache.graphs.graphs, "the draft model's one-token passes go through the graph glue too"
+    if method.startswith("eagle"):
+        assert dec.drafter.cache.graphs.graphs, "the head's drafting passes go through the graph glue too"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_head_static_pass_matches_the_eager_pass(device):
+    """An EAGLE head's padded drafting pass over its whole cache (what its CUDA graph replays; on a
+    CPU the same pass uncaptured): the committed entries, then two tree levels, the second seeing
+    the first through `block`."""
+    from specviz.heads.layers import HeadCache
+
+    kit = Kit(device)
+    head, H = kit.e3, kit.target.cfg.hidden_size
+    feats = lambda n, seed: torch.randn(1, n, H, generator=torch.Generator().manual_seed(seed)).to(device)  # noqa: E731
+    t = lambda x: torch.tensor(x, device=device)  # noqa: E731
+    level2 = torch.tensor([[1, 0, 0, 1, 0], [0, 1, 0, 0, 1]], dtype=torch.bool)  # [T=2, offset 3 + 2]
+    runs = []
+    for graphs in (False, True):
+        head.graphs = graphs
+        cache = HeadCache(1, head.m.n_kv_heads, 64, head.m.head_dim, torch.float32, device)
+        outs = [head.forward_cached(t([[3, 4, 5, 6]]), feats(4, 1), t([[0, 1, 2, 3]]), cache)]
+        cache.commit([0, 1, 2, 3])
+        outs.append(head.forward_cached(t([[7, 8, 9]]), feats(3, 2), t([[4, 4, 4]]), cache,
+                                        block=torch.ones(3, 3, dtype=torch.bool), first=False, offset=0))
+        outs.append(head.forward_cached(t([[10, 11]]), feats(2, 3), t([[5, 5]]), cache,
+                                        block=level2, first=False, offset=3))
+        runs.append((outs, cache))
+    head.graphs = None
+    (eager, c1), (graphed, c2) = runs
+    assert c1.graphs is None and c2.graphs.capture == (device == "cuda")
+    assert set(c2.graphs.graphs) == {(8, True), (8, False)}
+    for a, b in zip(eager, graphed):
+        torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(c2.k[:, :, :9], c1.k[:, :, :9], atol=1e-5, rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------- CUDA only

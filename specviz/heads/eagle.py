@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .. import cudagraph
 from ..config import ModelConfig, rope_inv_freq
 from .layers import MLP, Attention, RMSNorm, Rotary, block_mask
 
@@ -102,6 +103,7 @@ class EagleHeadBase(nn.Module):
         self._embed = None
         self._lm_head = None
         self._lm_blocks = None
+        self.graphs: bool | None = None  # drafting passes as CUDA graphs: None = on CUDA devices
 
     @property
     def hidden_size(self):
@@ -175,13 +177,17 @@ class EagleHeadBase(nn.Module):
         """Drafting: T new entries after the head's committed cache (plus `offset` uncommitted
         tree entries already written after it). `block` [T, offset + T] says which of those
         tree entries and new entries each new one sees (default: all earlier + causal)."""
-        emb = self.embed(tokens)
-        cos, sin = self.rotary(positions, emb.dtype)
-        q, k, v, res, lay = self.layer_qkv(emb, hidden, cos, sin, first=first)
         T = tokens.shape[1]
         L = cache.length
         if L + offset + T > cache.max_len:
             cache.grow(L + offset + T)
+        if self.graphs if self.graphs is not None else cudagraph.wanted(cache.k.device):
+            out = cudagraph.head_forward(self, tokens, hidden, positions, cache, block, first, offset)
+            if out is not None:
+                return out
+        emb = self.embed(tokens)
+        cos, sin = self.rotary(positions, emb.dtype)
+        q, k, v, res, lay = self.layer_qkv(emb, hidden, cos, sin, first=first)
         cache.k[:, :, L + offset : L + offset + T] = k
         cache.v[:, :, L + offset : L + offset + T] = v
         keys, vals = cache.k[:, :, : L + offset + T], cache.v[:, :, : L + offset + T]

@@ -121,6 +121,7 @@ class HeadCache:
         self.v = torch.zeros_like(self.k)
         self.length = 0
         self.max_len = max_len
+        self.graphs = None  # cudagraph.HeadGraphRunner over this storage (CUDA), dropped when it grows
 
     def write(self, k, v):
         L, T = self.length, k.shape[2]
