@@ -277,3 +277,28 @@ def test_free_batch_lesson_without_prior_run():
     ok(at)
     assert at.number_input(key="free_tau").value > 1.0  # tau from the shipped EAGLE-3 profile, not a placeholder
     assert any("acceptance profile" in c.value for c in at.caption)
+
+
+def test_compare_hardware_whatif_from_measured_costs(monkeypatch):
+    """The what-if reads this machine's cached costs (here a fixed table, so the curve can be
+    checked) and says that no GPU curve ships rather than inventing one."""
+    from specviz import measured
+    from specviz.viz.compare import profile_tau_curve, whatif_speedup
+
+    costs = {"forward": {"1": 0.004, "4": 0.008, "16": 0.024, "64": 0.075}, "overhead": 0.001,
+             "machine": {"cpu": "test CPU"}, "date": "2026-11-30",
+             **{f"draft.{m}": {str(k): 0.001 * k for k in range(1, 27)} for m in ("eagle1", "eagle2", "eagle3", "medusa")}}
+    monkeypatch.setattr(measured, "cached_costs", lambda model: costs)
+    monkeypatch.setattr(measured, "shipped_curves", lambda: [])
+    at = ok(new_app().run())
+    at.switch_page("views/compare.py").run()
+    ok(at)
+    fig = next(c for c in at.get("plotly_chart") if "predicted speedup" in c.proto.spec)
+    import json
+
+    spec = json.loads(fig.proto.spec)
+    line = next(d for d in spec["data"] if d["name"].startswith("EAGLE-3"))
+    tau = profile_tau_curve(measured.acceptance_profiles()["eagle3"], 5)[1][line["x"][0] - 1]
+    want = whatif_speedup(tau, 0.004, 0.004 + (0.008 - 0.004) * (line["x"][0] - 1) / 3, 0.005, 0.001)
+    assert line["y"][0] == pytest.approx(want)
+    assert any("none is made up" in i.value for i in at.info)

@@ -61,8 +61,10 @@ st.download_button(tr("c.download_html"), lambda: figure_html(fig), file_name="a
 st.divider()
 st.subheader(tr("toyx.step_title"))
 st.markdown(tr("toyx.step_intro"))
-if "toy_draw_seed" not in st.session_state:
-    st.session_state["toy_draw_seed"] = 0
+if "toy_draw_seed" not in st.session_state:  # deep link ?draw=S&step=K opens a given draw at a given step
+    qd, qs = st.query_params.get("draw", ""), st.query_params.get("step", "")
+    st.session_state["toy_draw_seed"] = int(qd) if qd.isdigit() and len(qd) < 9 else 0
+    st.session_state["toy_step"] = int(qs) if qs in ("1", "2", "3", "4") else 1
 
 
 def new_draw():
@@ -72,7 +74,7 @@ def new_draw():
 
 STEPS = [1, 2, 3, 4]
 sc = st.columns([3, 1])
-step = sc[0].select_slider(tr("toyx.step"), STEPS, value=1, key="toy_step", format_func=lambda k: tr(f"toyx.step{k}"))
+step = sc[0].select_slider(tr("toyx.step"), STEPS, key="toy_step", format_func=lambda k: tr(f"toyx.step{k}"))
 sc[1].button(tr("toyx.new_draw"), key="toy_new_draw", on_click=new_draw)
 d = toy.single_draw(parts.p, parts.q, seed=int(st.session_state["toy_draw_seed"]))
 xw = V[d.x]

@@ -158,8 +158,9 @@ def u_threshold_figure(u: float, threshold: float, lang: str = "en") -> go.Figur
                          name=t("toyx.accept_zone", lang, a=threshold)))
     fig.add_trace(go.Bar(y=[""], x=[1 - threshold], orientation="h", marker_color="#f4b6b6",
                          name=t("toyx.reject_zone", lang)))
-    fig.add_vline(x=u, line_color="#111", line_width=3, annotation_text=f"u = {u:.3f}", annotation_position="top")
-    fig.update_layout(barmode="stack", height=150, margin=dict(l=10, r=10, t=40, b=10), legend=LEGEND,
+    fig.add_vline(x=u, line_color="#111", line_width=3)
+    fig.add_annotation(x=u, y=-0.5, yref="y", text=f"u = {u:.3f}", showarrow=False, yshift=-6, font=dict(size=13))
+    fig.update_layout(barmode="stack", height=190, margin=dict(l=10, r=10, t=40, b=10), legend=LEGEND,
                       xaxis=dict(range=[0, 1], title=t("walk.prob_axis", lang)))
     return fig
 
@@ -182,6 +183,8 @@ def relative_cost_figure(curves: dict[str, tuple[list[int], list[float]]], lang:
                              name=t("free.n_passes", lang)))
     fig.add_hline(y=1.0, line_dash="dash", line_color="#2ca02c", annotation_text=t("freex.free_line", lang),
                   annotation_position="top left")
-    fig.update_layout(height=380, margin=MARGIN, legend=LEGEND, xaxis=dict(title=t("free.tokens_axis", lang), type="log"),
-                      yaxis=dict(title=t("free.rel_axis", lang), type="log"))
+    ticks = [n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256) if n <= top]
+    fig.update_layout(height=380, margin=MARGIN, legend=LEGEND,
+                      xaxis=dict(title=t("free.tokens_axis", lang), type="log", tickvals=ticks, ticktext=[str(n) for n in ticks]),
+                      yaxis=dict(title=t("free.rel_axis", lang), rangemode="tozero"))
     return fig

@@ -1,0 +1,79 @@
+"""The pure builders behind the Compare, Why-it-is-free, Losslessness and rule pages."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from specviz import measured
+from specviz.viz import toy
+from specviz.viz import compare as vc
+
+
+def test_profile_curves_from_the_shipped_heads():
+    profiles = measured.acceptance_profiles()
+    assert {"eagle1", "eagle2", "eagle3", "medusa"} <= set(profiles)
+    for m, prof in profiles.items():
+        sizes, taus = vc.profile_tau_curve(prof, depth=5)
+        assert sizes[0] == 1 and taus[0] == 1.0  # the root alone keeps exactly the bonus token
+        assert all(b >= a - 1e-9 for a, b in zip(taus, taus[1:])), m  # a bigger tree never keeps fewer
+    dyn = profiles["eagle3"]
+    assert vc.profile_tau_curve(dyn, depth=5)[1] == dyn["tau"][4]
+    assert vc.tau_at(vc.profile_tau_curve(profiles["medusa"]), 500) == profiles["medusa"]["tau"][-1]
+
+
+def test_recorded_rounds_give_lengths_and_depth_rates():
+    rounds = [[0, 3, 10], [2, 3, 10], [3, 3, 10], [1, 2, 10]]  # accepted, tree depth, nodes
+    assert vc.recorded_lengths(rounds) == [1, 3, 4, 2]
+    rates = vc.recorded_depth_rates(rounds)
+    assert rates[0] == pytest.approx(3 / 4)  # depth 1: all four tried, three accepted
+    assert rates[1] == pytest.approx(2 / 3)  # depth 2: the three with >= 1 accepted, two went on
+    assert rates[2] == pytest.approx(1 / 2)  # depth 3: the tree of the last round stops at depth 2
+
+
+def test_whatif_speedup_formula():
+    # tau 2 tokens per round at twice the cost of a vanilla step: no gain
+    assert vc.whatif_speedup(2.0, 0.010, 0.015, 0.005) == pytest.approx(1.0)
+    assert vc.whatif_speedup(3.0, 0.010, 0.010, 0.0) == pytest.approx(3.0)  # free tokens: speedup = tau
+    assert vc.whatif_speedup(2.0, 0.008, 0.010, 0.004, overhead=0.002) == pytest.approx(2 * 0.010 / 0.016)
+    fwd = {"1": 0.004, "4": 0.008, "16": 0.024, "64": 0.075}
+    assert vc.interp_curve(fwd, 10) == pytest.approx(0.016)
+    ns, sp = vc.whatif_series(([1, 2, 3], [1.0, 1.5, 1.8]), fwd, lambda n: 0.001)
+    assert ns == [2, 3] and sp[0] == pytest.approx(1.5 * 0.004 / (vc.interp_curve(fwd, 2) + 0.001))
+    fig = vc.whatif_figure({"EAGLE-3 · this machine": (ns, sp)}, "en")
+    assert list(fig.data[0].y) == sp
+
+
+def test_outcome_probability_is_the_product_along_the_path():
+    dists = {(): np.array([0.5, 0.5]), (0,): np.array([0.2, 0.8]), (1,): np.array([0.9, 0.1])}
+    probs = {o: vc.outcome_probability(o, dists.__getitem__) for o in [(0, 0), (0, 1), (1, 0), (1, 1)]}
+    assert probs[(0, 1)] == pytest.approx(0.4) and sum(probs.values()) == pytest.approx(1.0)
+
+
+def test_single_draw_is_the_chain_rule():
+    p, q = toy.PRESETS["overconfident"]
+    draws = [toy.single_draw(p, q, seed=s) for s in range(4000)]
+    out = np.bincount([d.x if d.accepted else d.y for d in draws], minlength=len(p)) / len(draws)
+    assert np.abs(out - toy.normalise(p)).max() < 0.03  # the output is p
+    assert all((d.y is None) == d.accepted and (d.bonus is None) != d.accepted for d in draws)
+    assert all(d.accepted == (d.u < d.threshold) for d in draws)
+    rej = [d for d in draws if not d.accepted]
+    assert rej and all(d.residual[d.y] > 0 and toy.normalise(p)[d.y] > toy.normalise(q)[d.y] for d in rej)
+
+
+def test_stepper_figures_highlight_the_drawn_token():
+    fig = vc.draw_bars_figure(toy.TOY_VOCAB, [0.1, 0.2, 0.3, 0.2, 0.2], 2, "zh", name="x")
+    assert fig.data[0].marker.color[2] != fig.data[0].marker.color[0]
+    assert "0.300" in fig.layout.annotations[0].text and "抽中" in fig.layout.annotations[0].text
+    fig = vc.u_threshold_figure(0.8, 0.47, "en")
+    assert [round(b.x[0], 2) for b in fig.data] == [0.47, 0.53]
+
+
+def test_relative_cost_figure_and_no_invented_gpu_curve():
+    fig = vc.relative_cost_figure({"here": ([1, 4, 16], [4.0, 8.0, 24.0])}, "en")
+    assert list(fig.data[0].y) == [1.0, 2.0, 6.0]
+    for c in measured.shipped_curves():  # whatever ships must be a measurement with its machine
+        assert c["forward"] and c.get("machine") and all(v > 0 for v in c["forward"].values())
+    assert not math.isnan(vc.interp_curve({"1": 1.0}, 5))
