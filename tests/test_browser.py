@@ -228,3 +228,60 @@ def test_language_switch_in_browser(server, browser):
     h1 = browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"] h1').text
     assert "推测解码" in h1
     shot(browser, "home_zh")
+
+
+def small_png(name: str):
+    """Re-save a screenshot with a 256-colour palette: a quarter of the bytes, same picture."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return
+    path = SHOTS / f"{name}.png"
+    Image.open(path).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+
+
+def lesson_steps(drv, lang: str, next_label: str):
+    """Screenshot every lesson step; the page plays recorded rounds, so no step waits on the CPU."""
+    n = len(LESSON_STEPS)
+    for i in range(1, n + 1):
+        heads = [h.text for h in drv.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] h2')]
+        assert heads and heads[0], i
+        name = f"lesson_{i:02d}" + ("" if lang == "en" else "_zh")
+        shot(drv, name)
+        small_png(name)
+        if i < n:
+            click_button(drv, next_label)
+            idle(drv)
+            no_errors(drv)
+
+
+LESSON_STEPS = range(10)
+
+
+def test_lesson(server, browser):
+    """Every step of the lesson in English and Chinese, and a click on a tree node that lights up
+    its row, its ancestors' columns and its path in the tree-attention step."""
+    t0 = time.time()
+    open_page(browser, f"{server}/lesson?lang=en")
+    assert time.time() - t0 < 30, "the lesson's first screen must not wait on the engine"
+    nav = [a.text for a in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stSidebarNav"] a')]
+    assert nav and "Lesson" in nav[0], nav  # first in the navigation
+    assert browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
+    lesson_steps(browser, "en", "Next")
+    # back to step 3 (tree attention) through the step picker's Previous button, then click the deepest node
+    for _ in range(7):
+        click_button(browser, "Previous")
+        idle(browser)
+    assert "Tree attention" in browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"] h2').text
+    pts = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .scatterlayer .trace .points path")
+    assert len(pts) > 20  # the paper-sized tree
+    browser.execute_script("arguments[0].scrollIntoView({block:'center'});", pts[-1])
+    ActionChains(browser).move_to_element(pts[-1]).pause(0.3).click().perform()
+    idle(browser)
+    no_errors(browser)
+    text = browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"]').text
+    assert "Selected node #" in text and "→" in text, text[:1500]
+    shot(browser, "lesson_03_clicked")
+    small_png("lesson_03_clicked")
+    open_page(browser, f"{server}/lesson?lang=zh")
+    lesson_steps(browser, "zh", "下一步")
