@@ -93,3 +93,17 @@ def test_lesson_page_steps_through_every_step(lang):
     if lang == "zh":
         assert "附加 token" in seen  # the bonus token, never 奖励
         assert not any("奖励" in s for s in seen)
+
+
+def test_run_it_live_button_replays_the_step():
+    """Step 2's button runs the recorded settings through the engine and says the round is identical."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "views" / "lesson.py"), default_timeout=300)
+    at.run()
+    at.button(key="lesson_next").click().run()
+    assert at.session_state["lesson_step"] == 2
+    at.button(key="lesson_live_s2").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    assert any("identical" in s.value for s in at.success), [s.value for s in at.success]
