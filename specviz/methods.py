@@ -1,64 +1,136 @@
-"""The decoding methods by name, and how to build each one's drafter for a target.
+"""The one registry of decoding methods: name -> how to build its drafter, label, head, tuning.
 
-One registry for the app, the benchmark and the command lines. A method whose trained head is
-not shipped (or does not fit the loaded target) raises `SpecVizError` with the reason, so a
-caller can show it as unavailable instead of crashing.
+The app, the benchmark, the tree tuner and the losslessness check all read it.
+
+    METHODS: dict[str, Method]       every method, in display order (engine methods, then toys)
+    ENGINE_METHODS, TOY_METHODS      the names of each kind (toys draft from a TargetOracle)
+    Method                           frozen: factory, label (i18n key), tunable, head, toy
+    make_drafter(name, target, tree_size="auto", **options) -> Drafter
+        a fresh drafter (drafters keep per-sequence state). Tunable methods get the tree
+        `specviz.tuning` chose for this device unless `tree_size="paper"` or an explicit shape
+        (depth / total_tokens / static_tree / tree) is given. SpecVizError says why it cannot.
+    availability(name, target=None, dtype="fp32") -> (ok, reason)
+        cheap: reads the shipped head's config.json (hidden size, vocabulary) instead of
+        building the drafter; reason is "" when ok.
+    head_dir(name, target) -> Path   the shipped folder a method's weights live in
+    tuned_tree(name, target, log=None) -> dict | None   this device's best tree for a method
+
+Drafters never import `specviz.tuning`; this module asks it and passes the result in.
 """
 
 from __future__ import annotations
 
-import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
-from . import SpecVizError
+from . import SpecVizError, tuning
+from .drafters import eagle, medusa, sps
 from .drafters.base import Drafter, NoDraft
 from .drafters.pld import PromptLookupDrafter
+from .drafters.toy import ToyDrafter
+from .heads.io import shipped_head_dir
+from .loading import DEFAULT_MODEL
 
-# name -> (label, "module:factory" or a callable); factories take (target, **options)
-METHODS: dict[str, tuple[str, object]] = {
-    "vanilla": ("Vanilla (no drafting)", lambda target, **kw: NoDraft()),
-    "pld": ("Prompt lookup (PLD)", lambda target, **kw: PromptLookupDrafter(stop_ids=_special_ids(target), **kw)),
-    "sps": ("Small draft model (SpS)", "specviz.drafters.sps:make_drafter"),
-    "medusa": ("Medusa heads", "specviz.drafters.medusa:make_drafter"),
-    "eagle1": ("EAGLE-1 (static tree)", "specviz.drafters.eagle:make_eagle1"),
-    "eagle2": ("EAGLE-2 (dynamic tree)", "specviz.drafters.eagle:make_eagle2"),
-    "eagle3": ("EAGLE-3 (fused features)", "specviz.drafters.eagle:make_eagle3"),
+
+@dataclass(frozen=True)
+class Method:
+    factory: Callable[..., Drafter]  # (target, **options) -> Drafter; toys take a TargetOracle
+    label: str  # i18n key of the display name
+    tunable: bool = False  # specviz.tuning sizes its tree for the device
+    head: str | None = None  # shipped folder under assets/heads/<model>/ it needs
+    shape_options: tuple = ()  # options that fix the tree's shape (then no tuning)
+    toy: bool = False  # weightless drafter of the losslessness check, built on a TargetOracle
+
+
+def _pld(target, **options) -> Drafter:
+    special = getattr(getattr(target, "tokenizer", None), "special_ids", ()) or ()
+    try:
+        return PromptLookupDrafter(stop_ids=special, **options)
+    except ValueError as e:
+        raise SpecVizError(str(e)) from e
+
+
+def _toy(**shape):
+    return lambda oracle, **options: ToyDrafter(oracle, **shape, **options)
+
+
+METHODS: dict[str, Method] = {
+    "vanilla": Method(lambda target, **kw: NoDraft(), "m.vanilla"),
+    "pld": Method(_pld, "m.pld"),
+    "sps": Method(sps.make_drafter, "m.sps", head="sps"),
+    "medusa": Method(medusa.make_drafter, "m.medusa", tunable=True, head="medusa", shape_options=("tree",)),
+    "eagle1": Method(eagle.make_eagle1, "m.eagle1", tunable=True, head="eagle1", shape_options=("static_tree",)),
+    "eagle2": Method(eagle.make_eagle2, "m.eagle2", tunable=True, head="eagle1", shape_options=("depth", "total_tokens")),
+    "eagle3": Method(eagle.make_eagle3, "m.eagle3", tunable=True, head="eagle3", shape_options=("depth", "total_tokens")),
+    "toy-sps": Method(_toy(widths=(1, 1), sampled=True), "m.toy-sps", toy=True),
+    "toy-specinfer": Method(_toy(widths=(2, 1), sampled=True), "m.toy-specinfer", toy=True),
+    "toy-topk": Method(_toy(widths=(2, 1), sampled=False), "m.toy-topk", toy=True),
 }
+ENGINE_METHODS = tuple(n for n, m in METHODS.items() if not m.toy)
+TOY_METHODS = tuple(n for n, m in METHODS.items() if m.toy)
+TUNABLE = tuple(n for n, m in METHODS.items() if m.tunable)
 
 
-TUNABLE = ("eagle1", "eagle2", "eagle3", "medusa")  # methods whose tree specviz.tuning sizes
+def get(name: str) -> Method:
+    if name not in METHODS:
+        raise SpecVizError(f"Unknown method {name!r}; choose one of {', '.join(METHODS)}.")
+    return METHODS[name]
 
 
 def head_method(name: str) -> str:
     """The folder of shipped weights a method uses (EAGLE-2 drafts with the EAGLE-1 head)."""
-    return "eagle1" if name == "eagle2" else name
+    return get(name).head or name
 
 
-def _special_ids(target) -> set[int]:
-    return set(getattr(getattr(target, "tokenizer", None), "special_ids", ()) or ())
+def _model(target):
+    return getattr(target, "model", target)
 
 
-def make_drafter(name: str, target, **options) -> Drafter:
+def head_dir(name: str, target=None) -> Path:
+    model_name = _model(target).name if target is not None else DEFAULT_MODEL
+    return shipped_head_dir(model_name, head_method(name))
+
+
+def tuned_tree(name: str, target, log=None) -> dict | None:
+    """This device's best tree for a tunable method (None: its head ships no profile)."""
+    return tuning.tuned_tree(target, name, head_dir(name, target), log=log,
+                             build=lambda: make_drafter(name, target, tree_size="paper"))
+
+
+def make_drafter(name: str, target, tree_size: str = "auto", **options) -> Drafter:
     """Build the drafter of `name` for `target`; SpecVizError says why when it cannot."""
+    spec = get(name)
+    if spec.tunable and not any(options.get(k) is not None for k in spec.shape_options):
+        folder = options.get("head_dir") or head_dir(name, target)
+        options["tuned"] = tuning.tree_for(target, name, folder, tree_size,
+                                           build=lambda: make_drafter(name, target, tree_size="paper"))
+    return spec.factory(target, **options)
+
+
+def availability(name: str, target=None, dtype: str = "fp32") -> tuple[bool, str]:
+    """(usable, reason) without building anything: the shipped head exists and fits the target."""
     if name not in METHODS:
-        raise SpecVizError(f"Unknown method {name!r}; choose one of {', '.join(METHODS)}.")
-    factory = METHODS[name][1]
-    if isinstance(factory, str):
-        module, func = factory.split(":")
-        try:
-            factory = getattr(importlib.import_module(module), func)
-        except (ImportError, AttributeError):
-            raise SpecVizError(f"{METHODS[name][0]} is not available yet in this version of SpecViz.") from None
-    return factory(target, **options)
-
-
-def available(target) -> dict[str, str | None]:
-    """Each method -> None when usable with this target, else the reason it is not."""
-    out = {}
-    for name in METHODS:
-        try:
-            # the papers' fixed trees: checking availability must not trigger device measurements
-            make_drafter(name, target, **({"tree_size": "paper"} if name in TUNABLE else {}))
-            out[name] = None
-        except SpecVizError as e:
-            out[name] = str(e)
-    return out
+        return False, f"Unknown method {name!r}."
+    spec = METHODS[name]
+    if spec.head is None:
+        return True, ""
+    folder = head_dir(name, target)
+    cfg_file = folder / "config.json"
+    if not cfg_file.is_file():
+        return False, f"No {name} weights shipped for this model (looked in {folder}); train them with `python -m specviz.train {head_method(name)}`."
+    try:
+        cfg = json.loads(cfg_file.read_text())
+    except (OSError, ValueError) as e:
+        return False, f"{cfg_file} is unreadable: {e}"
+    if not any(folder.glob("*.safetensors")) and not any(folder.glob("*.bin")):
+        return False, f"No weights in {folder}."
+    if target is not None:
+        tcfg = _model(target).cfg
+        if cfg.get("hidden_size") != tcfg.hidden_size:
+            return False, f"The {name} head was built for hidden size {cfg.get('hidden_size')}, the target has {tcfg.hidden_size}."
+        vocab = cfg.get("vocab_size")
+        if vocab is not None and vocab != tcfg.vocab_size:
+            return False, f"The {name} head expects a vocabulary of {vocab} tokens, the target has {tcfg.vocab_size}."
+    return True, ""

@@ -18,17 +18,17 @@ never downloads.
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
 
 from . import SpecVizError
+from .loading import cache_root
 
 ROOT = Path(__file__).resolve().parent.parent
 TOML_NAMES = ("specviz.toml",)
 
 
 def _toml_dirs() -> list[Path]:
-    import tomllib
-
     out = []
     for base in dict.fromkeys((Path.cwd(), ROOT)):
         for name in TOML_NAMES:
@@ -48,7 +48,7 @@ def _toml_dirs() -> list[Path]:
 
 def _hf_cache() -> Path | None:
     try:
-        from huggingface_hub.constants import HF_HUB_CACHE
+        from huggingface_hub.constants import HF_HUB_CACHE  # optional: the hub library may be absent
 
         return Path(HF_HUB_CACHE)
     except Exception:  # noqa: BLE001 - the hub library is optional
@@ -57,8 +57,6 @@ def _hf_cache() -> Path | None:
 
 def allowed_dirs() -> list[Path]:
     """The folders (resolved) a model path from the UI may lie in."""
-    from .loading import cache_root
-
     dirs = [cache_root(), _hf_cache()]
     env = os.environ.get("SPECVIZ_ALLOWED_DIRS", "")
     dirs += [Path(d).expanduser() for d in env.split(os.pathsep) if d.strip()]

@@ -7,16 +7,28 @@ start fast. This reads the same `tokenizer.json` and chat template, so ids are i
 from __future__ import annotations
 
 import json
+import threading
+import unicodedata
 from functools import lru_cache
 from pathlib import Path
 
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+
 from . import SpecVizError
+
+_USER_SLOT = "\ue000specviz-user\ue000"  # private-use sentinel, never typed by a user
+
+
+def clean_prompt(prompt) -> str:
+    """What a user typed, made safe to tokenise: line ends normalised, control characters other
+    than tab and newline dropped (RTL text, emoji and every other character are kept)."""
+    text = str(prompt).replace("\r\n", "\n").replace("\r", "\n")
+    return "".join(c for c in text if c in "\t\n" or unicodedata.category(c) != "Cc")
 
 
 class ChatTokenizer:
     def __init__(self, model_dir: Path):
-        from tokenizers import Tokenizer
-
         model_dir = Path(model_dir)
         path = model_dir / "tokenizer.json"
         if not path.is_file():
@@ -36,6 +48,9 @@ class ChatTokenizer:
         self.bos_token = _token_str(cfg.get("bos_token"))
         self.eos_token = _token_str(cfg.get("eos_token"))
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        self._added_texts = [t.content for t in self._tok.get_added_tokens_decoder().values() if t.content]
+        self._plain: Tokenizer | None = None  # a copy reading marker text as characters (safe_chat_ids)
+        self._plain_lock = threading.Lock()
         self.special_ids = {
             t.content and self._tok.token_to_id(t.content)
             for t in self._tok.get_added_tokens_decoder().values()
@@ -72,6 +87,31 @@ class ChatTokenizer:
         ]
         return self.encode(self.render_chat(messages), add_special_tokens=False)
 
+    def safe_chat_ids(self, prompt: str) -> list[int]:
+        """`chat_ids` of the cleaned prompt, where the user's text is always ordinary text:
+        chat-template markers such as `<|im_start|>` typed by a user are encoded character by
+        character, never as the special tokens that delimit turns. Prompts without such markers
+        get exactly `chat_ids(clean_prompt(prompt))`."""
+        prompt = clean_prompt(prompt)
+        if not any(a in prompt for a in self._added_texts):
+            return self.chat_ids(prompt)
+        rendered = self.render_chat([{"role": "user", "content": _USER_SLOT}])
+        if rendered.count(_USER_SLOT) != 1:
+            raise SpecVizError("This model's chat template cannot take text that contains its own markers "
+                               "(such as <|im_start|>): remove them from the prompt.")
+        pre, post = rendered.split(_USER_SLOT)
+        return self.encode(pre) + self._plain_encoder().encode(prompt, add_special_tokens=False).ids + self.encode(post)
+
+    def _plain_encoder(self) -> Tokenizer:
+        """A private copy of the vocabulary that reads special-token text as ordinary characters
+        (a copy: the shared tokenizer stays read-only for every session)."""
+        with self._plain_lock:
+            if self._plain is None:
+                plain = Tokenizer.from_str(self._tok.to_str())
+                plain.encode_special_tokens = True
+                self._plain = plain
+            return self._plain
+
 
 def _token_str(tok) -> str | None:
     if isinstance(tok, dict):
@@ -81,8 +121,6 @@ def _token_str(tok) -> str | None:
 
 @lru_cache(maxsize=8)
 def _compile(template: str):
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
 
     def raise_exception(msg):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -34,6 +35,9 @@ class DraftTree:
     # EAGLE-2 trees: every scored candidate (score, parent candidate, token), kept or not; a
     # smaller tree is the top of the same list, which is how `specviz.tuning` sizes trees
     candidates: list | None = None
+    # the draft's *unprocessed* distribution after each node (only the raw-logit-q bug reads it)
+    raw_dists: Mapping[int, torch.Tensor] = field(default_factory=dict)
+    without_replacement: bool = False  # sampled children were drawn without replacement
 
     def __post_init__(self):
         n = len(self.tokens)
@@ -61,7 +65,19 @@ class DraftTree:
 
     def children(self, i: int) -> list[int]:
         """Children of node i in draft-rank order (the order they were added)."""
-        return [j for j in range(i + 1, len(self)) if self.parents[j] == i]
+        return self.children_lists()[i]
+
+    def children_lists(self) -> list[list[int]]:
+        """Every node's children in draft-rank order: kids[i] lists node i's children."""
+        kids: list[list[int]] = [[] for _ in range(len(self))]
+        for i in range(1, len(self)):
+            kids[self.parents[i]].append(i)
+        return kids
+
+    @property
+    def branching(self) -> bool:
+        """Some node has more than one child (a tree, not a chain)."""
+        return len(set(self.parents[1:])) < len(self) - 1
 
     @property
     def ranks(self) -> list[int]:
@@ -105,6 +121,25 @@ class DraftTree:
     @property
     def max_depth(self) -> int:
         return max(self.depths)
+
+    def prune(self, max_depth: int) -> "DraftTree":
+        """The tree without nodes deeper than `max_depth`: near the token budget they could never
+        count, and the losslessness check never needs target rows past its horizon."""
+        depths = self.depths
+        if max(depths) <= max_depth:
+            return self
+        keep = [i for i in range(len(self)) if depths[i] <= max(max_depth, 0)]
+        new = {old: k for k, old in enumerate(keep)}
+        return DraftTree(
+            tokens=[self.tokens[i] for i in keep],
+            parents=[-1] + [new[self.parents[i]] for i in keep[1:]],
+            q=[self.q[i] for i in keep],
+            sampled=self.sampled,
+            dists={new[i]: d for i, d in self.dists.items() if i in new},
+            scores=[self.scores[i] for i in keep],
+            raw_dists={new[i]: d for i, d in self.raw_dists.items() if i in new},
+            without_replacement=self.without_replacement,
+        )
 
     # -------------------------------------------------------------- construction
     @classmethod

@@ -1,6 +1,6 @@
 """Verification: which drafted tokens the target keeps, and the token it adds.
 
-Three exact rules, chosen from the tree and the sampling settings (DESIGN.md section 2):
+Three exact rules, chosen from the tree and the sampling settings:
 
 * greedy (temperature 0): walk from the root; at each node take the child whose token is the
   target's argmax; stop at the first mismatch; the extra token is that argmax ("greedy-correction"
@@ -18,7 +18,7 @@ The deterministic rule is the sampled rule with q = one-hot(x): min(1, p/1) = p(
 max(p - onehot(x), 0) = p with x zeroed. So one walk serves both; the difference is only which
 q vector the rule uses. That vector, the residual, the acceptance probability and the sources of
 the extra token make up a :class:`Policy`; the correct one is :data:`CORRECT`, the deliberately
-broken ones live in :mod:`specviz.bugs` and are picked with ``variant=``.
+broken ones live in :mod:`specviz.bugs` (``bugs.get_policy(name)``) and are passed as ``policy=``.
 
 p and q are always the *warped* distributions (same temperature, top-k, top-p). Uniform draws come
 from ``torch.rand(1, generator=generator)`` and tokens from :func:`specviz.sampling.sample`, so the
@@ -34,6 +34,7 @@ import torch
 
 from . import SpecVizError
 from .sampling import SamplingParams, sample
+from .trace import AcceptStep
 from .tree import DraftTree
 
 
@@ -43,16 +44,12 @@ class VerifyResult:
     extra_token: int  # the token the target adds after the accepted path
     extra_source: str  # greedy-correction | bonus | resampled
     extra_dist: torch.Tensor  # [V] the distribution the extra token was drawn from
-    # one per tried node, in order: node, depth, token, p (under the current residual), q (the
-    # draft's probability: tree.q for deterministic drafts, where the rule itself uses one-hot q),
-    # ratio (p / q_rule: equals p for deterministic drafts; None for greedy), u (None for greedy),
-    # accepted, residual (the new residual after a rejection, else None)
-    steps: list[dict] = field(default_factory=list)
+    # one per tried node, in order (text and residual_top are left for the engine to fill in):
+    # p under the current residual; q the draft's probability (tree.q for deterministic drafts,
+    # where the rule itself uses one-hot q); ratio p / q_rule (None for greedy); u (None for greedy)
+    steps: list[AcceptStep] = field(default_factory=list)
     rule: str = ""  # greedy | chain | tree-deterministic | tree-sampled
-
-    @property
-    def committed_nodes(self) -> list[int]:
-        return list(self.accepted)
+    residuals: dict[int, torch.Tensor] = field(default_factory=dict)  # node -> residual after its rejection
 
 
 # ---------------------------------------------------------------------------- the correct rule
@@ -117,31 +114,13 @@ class Policy:
 CORRECT = Policy("correct")
 
 
-def get_policy(variant: str) -> Policy:
-    if variant in (None, "correct"):
-        return CORRECT
-    from .bugs import POLICIES
-
-    if variant not in POLICIES:
-        raise SpecVizError(f"Unknown verification variant {variant!r}; choose one of: correct, {', '.join(POLICIES)}.")
-    return POLICIES[variant]
-
-
 # ---------------------------------------------------------------------------- helpers
 def rule_name(tree: DraftTree, params: SamplingParams) -> str:
     if params.greedy:
         return "greedy"
     if tree.sampled:
-        branching = any(len(tree.children(i)) > 1 for i in range(len(tree)))
-        return "tree-sampled" if branching else "chain"
+        return "tree-sampled" if tree.branching else "chain"
     return "tree-deterministic"
-
-
-def children_lists(tree: DraftTree) -> list[list[int]]:
-    kids: list[list[int]] = [[] for _ in range(len(tree))]
-    for i in range(1, len(tree)):
-        kids[tree.parents[i]].append(i)
-    return kids
 
 
 def rule_q(tree: DraftTree, node: int, source: str) -> torch.Tensor | None:
@@ -152,7 +131,7 @@ def rule_q(tree: DraftTree, node: int, source: str) -> torch.Tensor | None:
         d = tree.dists.get(node)
         what = "tree.dists"
     elif source == "raw_dists":
-        d = (getattr(tree, "raw_dists", None) or {}).get(node)
+        d = tree.raw_dists.get(node)
         what = "tree.raw_dists (the draft's unprocessed distribution)"
     else:  # pragma: no cover - programming error
         raise ValueError(source)
@@ -161,13 +140,13 @@ def rule_q(tree: DraftTree, node: int, source: str) -> torch.Tensor | None:
     return d
 
 
-def _onehot(x: int, like: torch.Tensor) -> torch.Tensor:
+def onehot(x: int, like: torch.Tensor) -> torch.Tensor:
     o = torch.zeros_like(like)
     o[x] = 1.0
     return o
 
 
-def _drop(q: torch.Tensor, x: int) -> torch.Tensor:
+def drop_token(q: torch.Tensor, x: int) -> torch.Tensor:
     """Sampling without replacement: remove x from q and renormalise."""
     q = q.clone()
     q[x] = 0
@@ -183,10 +162,9 @@ def verify(
     generator: torch.Generator | None,
     *,
     p_raw: torch.Tensor | None = None,
-    variant: str = "correct",
+    policy: Policy = CORRECT,
 ) -> VerifyResult:
     """Verify one draft tree. `p` [N, V]: warped target distribution after each node."""
-    policy = get_policy(variant)
     n = len(tree)
     if p.dim() != 2 or p.shape[0] != n:
         raise SpecVizError(f"verify needs one target row per tree node: got p of shape {tuple(p.shape)} for {n} nodes.")
@@ -194,83 +172,62 @@ def verify(
         return _verify_greedy(tree, p, p_raw, policy)
     if policy.needs_p_raw and p_raw is None:
         raise SpecVizError(f"variant {policy.name!r} needs p_raw (the softmax of the raw target logits).")
-    kids = children_lists(tree)
+    rule = rule_name(tree, params)
+    kids = tree.children_lists()
     drawn = bool(tree.sampled)
-    without_repl = bool(getattr(tree, "without_replacement", False))
     source = policy.q_source(drawn)
     depths = tree.depths
-    cur, accepted, steps = 0, [], []
+    cur, accepted, steps, residuals = 0, [], [], {}
     while True:
         if not kids[cur]:
+            # a full path: the bonus token comes from the leaf's WARPED target distribution p
             dist = policy.bonus_dist(p[cur], None if p_raw is None else p_raw[cur])
-            tok = sample(dist, generator)
-            return VerifyResult(accepted, tok, "bonus", dist, steps, rule_name(tree, params))
-        w = p[cur]
-        qvec = rule_q(tree, cur, source)
+            return VerifyResult(accepted, sample(dist, generator), "bonus", dist, steps, rule, residuals)
+        w = p[cur]  # the current (residual) target distribution at this node
+        qvec = rule_q(tree, cur, source)  # None: one-hot q of a deterministic draft
         nxt = None
         for c in kids[cur]:
             x = tree.tokens[c]
-            q_used = _onehot(x, w) if qvec is None else qvec
+            q_used = onehot(x, w) if qvec is None else qvec
             px, qx = float(w[x]), float(q_used[x])
-            a = policy.accept_prob(px, qx)
+            a = policy.accept_prob(px, qx)  # accept x with probability min(1, p(x) / q(x))
             u = float(torch.rand(1, generator=generator))
             ok = u < a
-            step = {
-                "node": c,
-                "depth": depths[c],
-                "token": x,
-                "p": px,
-                "q": float(tree.q[c]) if qvec is None else qx,
-                "ratio": (px / qx) if qx > 0 else None,
-                "u": u,
-                "accepted": ok,
-                "residual": None,
-            }
-            steps.append(step)
+            steps.append(AcceptStep(depth=depths[c], node=c, token=x, text="", p=px,
+                                    q=float(tree.q[c]) if qvec is None else qx,
+                                    ratio=(px / qx) if qx > 0 else None, u=u, accepted=ok))
             if ok:
                 nxt = c
                 break
-            w = policy.residual(w, q_used, x, drawn)
-            step["residual"] = w
-            if qvec is not None and without_repl:
-                qvec = _drop(qvec, x)
+            w = policy.residual(w, q_used, x, drawn)  # on rejection: p <- norm(max(p - q, 0))
+            residuals[c] = w
+            if qvec is not None and tree.without_replacement:
+                qvec = drop_token(qvec, x)  # drawn without replacement: x cannot come again
         if nxt is None:
+            # every child rejected: the correction is drawn from the residual
             dist = policy.reject_dist(w, p[cur])
-            tok = sample(dist, generator)
-            return VerifyResult(accepted, tok, "resampled", dist, steps, rule_name(tree, params))
+            return VerifyResult(accepted, sample(dist, generator), "resampled", dist, steps, rule, residuals)
         accepted.append(nxt)
         cur = nxt
 
 
 def _verify_greedy(tree: DraftTree, p: torch.Tensor, p_raw, policy: Policy) -> VerifyResult:
     """Accept the longest path of target argmaxes. No randomness is consumed."""
-    kids = children_lists(tree)
+    kids = tree.children_lists()
     depths = tree.depths
     accept_all = policy.name == "no-rejection"
     shown = p if p_raw is None else p_raw
     cur, accepted, steps = 0, [], []
     while True:
         if not kids[cur]:
-            tok = int(p[cur].argmax())
-            return VerifyResult(accepted, tok, "bonus", p[cur], steps, "greedy")
+            return VerifyResult(accepted, int(p[cur].argmax()), "bonus", p[cur], steps, "greedy")
         best = int(p[cur].argmax())
         nxt = None
         for c in kids[cur]:
             x = tree.tokens[c]
-            ok = accept_all or x == best
-            steps.append(
-                {
-                    "node": c,
-                    "depth": depths[c],
-                    "token": x,
-                    "p": float(shown[cur, x]),
-                    "q": float(tree.q[c]),
-                    "ratio": None,
-                    "u": None,
-                    "accepted": ok,
-                    "residual": None,
-                }
-            )
+            ok = accept_all or x == best  # greedy: keep the draft iff it is the target's argmax
+            steps.append(AcceptStep(depth=depths[c], node=c, token=x, text="", p=float(shown[cur, x]),
+                                    q=float(tree.q[c]), ratio=None, u=None, accepted=ok))
             if ok:
                 nxt = c
                 break

@@ -66,8 +66,8 @@ def test_bench_reports_a_broken_prompt_file(tmp_path, capsys):
 
 def test_heldout_prompts_need_the_training_data(tmp_path, monkeypatch):
     from specviz import SpecVizError
-    from specviz.train import cli
+    from specviz.train import data
 
-    monkeypatch.setattr(cli, "default_data_dir", lambda: tmp_path)
+    monkeypatch.setattr(data, "default_data_dir", lambda: tmp_path)
     with pytest.raises(SpecVizError, match="python -m specviz.train data"):
         bench.load_prompts("heldout", 2)

@@ -6,7 +6,8 @@ import re
 import pytest
 import torch
 
-from specviz.bugs import BUGS, DEFAULT_BROKEN, POLICIES, VARIANTS, explain
+from specviz.bugs import BUGS, DEFAULT_BROKEN, POLICIES, VARIANTS, explain, get_policy
+from specviz.i18n import S
 from specviz.lossless import PrefixModel, TargetOracle, exact_max_diff, make_drafter, run_check
 from specviz.sampling import SamplingParams, probs
 from specviz.verify import verify
@@ -19,11 +20,13 @@ def test_zoo_names_and_explanations():
     assert list(POLICIES) == NAMES and VARIANTS == ["correct", *NAMES]
     assert DEFAULT_BROKEN == "resample-from-p"
     for name in NAMES:
-        b = BUGS[name]
-        assert {"title_en", "title_zh", "explain_en", "explain_zh", "visible_when"} <= set(b)
-        assert len(b["explain_en"]) > 200 and CJK.search(b["explain_zh"]) and CJK.search(b["title_zh"])
-        assert not CJK.search(b["explain_en"])
-        assert explain(name, "zh")["title"] == b["title_zh"] and explain(name)["explain"] == b["explain_en"]
+        # the bilingual text lives in specviz.i18n under the keys BUGS names
+        en, zh = explain(name, "en"), explain(name, "zh")
+        assert set(BUGS[name]) == {"title", "explain", "when"} and all(k in S for k in BUGS[name].values())
+        assert set(en) == set(zh) == {"title", "explain", "visible_when"}
+        assert len(en["explain"]) > 200 and CJK.search(zh["explain"]) and CJK.search(zh["title"])
+        assert CJK.search(zh["visible_when"]) and not CJK.search(en["visible_when"])
+        assert not CJK.search(en["explain"]) and not CJK.search(en["title"])
 
 
 def model(seed, V, widths, sampled, params, scale=2.0):
@@ -86,7 +89,7 @@ def test_no_rejection_also_breaks_greedy():
     m = model(4, 6, [1], False, SamplingParams(temperature=0.0))
     tree, p, _ = m.draw_tree()
     tree.tokens[1] = (int(p[0].argmax()) + 1) % 6  # a wrong draft
-    r = verify(tree, p, SamplingParams(temperature=0.0), None, variant="no-rejection")
+    r = verify(tree, p, SamplingParams(temperature=0.0), None, policy=get_policy("no-rejection"))
     assert r.accepted == [1]
     assert verify(tree, p, SamplingParams(temperature=0.0), None).accepted == []
 

@@ -256,3 +256,22 @@ def test_cli_pass_and_fail(target, capsys):
     assert out[-1] == "PASS" and any("p-value" in line for line in out) and any("exact check" in line for line in out)
     assert main(["--samples", "300", "--broken", "no-rejection"]) == 1
     assert capsys.readouterr().out.strip().splitlines()[-1] == "FAIL"
+
+
+@pytest.mark.parametrize("method", ["eagle3", "sps"])
+def test_shipped_drafters_are_lossless_and_a_broken_rule_is_caught(real, method):
+    """The real drafters with their shipped weights at T > 0 (issue 15): EAGLE-3's deterministic
+    tree (reset on each prefix from the target's hidden states) and SpS's sampled chain pass the
+    exact check and the sample test; resampling from p instead of the residual fails both checks."""
+    from specviz.bugs import DEFAULT_BROKEN
+
+    target, ids, oracle = real
+    o = oracle("t1")
+    drafter = make_drafter(method, o)
+    ok = run_check(target, drafter, ids, SETTINGS["t1"], samples=400, horizon=2, seed=3, oracle=o)
+    print(f"{method}: p={ok.p_value:.3g} exact={ok.exact_max_diff:.2g} k={ok.exact_k} acc={ok.acceptance:.2f} {ok.seconds:.1f}s")
+    assert ok.drafted_at_prompt > 0 and 0 < ok.acceptance < 1  # real drafts, real rejections
+    assert ok.exact_max_diff is not None and ok.exact_max_diff < TOL and ok.passed
+    bad = run_check(target, drafter, ids, SETTINGS["t1"], samples=400, horizon=2, seed=3, variant=DEFAULT_BROKEN, oracle=o)
+    print(f"{method} {DEFAULT_BROKEN}: p={bad.p_value:.3g} exact={bad.exact_max_diff:.3g}")
+    assert bad.exact_max_diff > 1e-3 and not bad.passed

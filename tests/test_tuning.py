@@ -101,7 +101,7 @@ def test_static_profile_and_subset_tree(target):
     from specviz.methods import make_drafter
 
     prompts = EXAMPLE_PROMPTS[5:7]
-    prof = tuning.collect_profile(target, "eagle1", prompts, max_new_tokens=32)
+    prof = tuning.collect_profile(target, make_drafter("eagle1", target, tree_size="paper"), prompts, max_new_tokens=32)
     assert prof["kind"] == "static" and len(prof["paths"]) == len(EAGLE1_TREE)
     assert sorted(map(tuple, prof["paths"])) == sorted(map(tuple, EAGLE1_TREE))
     tau = prof["tau"]
@@ -130,11 +130,14 @@ def test_costs_are_measured_once_and_cached(target, tmp_path, monkeypatch):
     monkeypatch.setattr(tuning, "forward_curve", counting)
     monkeypatch.setattr(tuning, "GRID", (1, 2, 4, 8))
     profile = {"kind": "dynamic", "max_depth": 2, "n_max": 8, "tau": [[1.0] + [1.5] * 7, [1.0] + [1.8] * 7]}
-    c1 = tuning.device_costs(target, "eagle2", profile)
+    from specviz.methods import make_drafter
+
+    build = lambda: make_drafter("eagle2", target, tree_size="paper")  # noqa: E731
+    c1 = tuning.device_costs(target, "eagle2", profile, build=build)
     n_calls = len(calls)
     assert set(c1["forward"]) == {"1", "2", "4", "8"} and set(c1["draft.eagle2"]) == {"1", "2"}
     assert all(v > 0 for v in c1["forward"].values()) and c1["overhead"] >= 0
-    c2 = tuning.device_costs(target, "eagle2", profile)
+    c2 = tuning.device_costs(target, "eagle2", profile, build=lambda: pytest.fail("measured twice"))
     assert len(calls) == n_calls and c2 == json.loads(json.dumps(c1))
     files = list((tmp_path / "tuning").glob("*.json"))
     assert len(files) == 1 and "float32" in files[0].name

@@ -2,20 +2,23 @@
 walk with the analytic enumeration in specviz.lossless (which the property tests check exactly)."""
 
 from collections import Counter
+from dataclasses import asdict
 
 import pytest
 import torch
 from scipy.stats import chisquare
 
 from specviz import SpecVizError
+from specviz.bugs import get_policy
 from specviz.lossless import PrefixModel, exact_dist_k, torch_threads
 from specviz.sampling import SamplingParams, probs, sample
+from specviz.trace import AcceptStep
 from specviz.tree import DraftTree
 from specviz.verify import VerifyResult, verify
 
 T1 = SamplingParams(temperature=1.0)
 GREEDY = SamplingParams(temperature=0.0)
-STEP_KEYS = {"node", "depth", "token", "p", "q", "ratio", "u", "accepted", "residual"}
+STEP_KEYS = {"node", "depth", "token", "text", "p", "q", "ratio", "u", "accepted", "residual_top"}
 
 
 def onehot(V, *tokens_probs):
@@ -38,8 +41,8 @@ def test_greedy_accepts_argmax_path_then_corrects():
     before = g.get_state().clone()
     r = verify(tree, p, GREEDY, g)
     assert r.accepted == [1, 2] and r.extra_token == 4 and r.extra_source == "greedy-correction"
-    assert [s["accepted"] for s in r.steps] == [True, True, False]
-    assert all(set(s) == STEP_KEYS and s["u"] is None for s in r.steps)
+    assert [s.accepted for s in r.steps] == [True, True, False]
+    assert all(isinstance(s, AcceptStep) and set(asdict(s)) == STEP_KEYS and s.u is None for s in r.steps)
     assert torch.equal(g.get_state(), before), "greedy must not consume randomness"
     assert r.rule == "greedy"
 
@@ -51,7 +54,7 @@ def test_greedy_full_path_gives_bonus_and_picks_matching_sibling():
     p = torch.stack([onehot(V, (2, 1.0)), onehot(V, (1, 1.0)), onehot(V, (5, 1.0)), onehot(V, (4, 1.0))])
     r = verify(tree, p, GREEDY, gen())
     assert r.accepted == [2, 3] and r.extra_token == 4 and r.extra_source == "bonus"
-    assert [(s["node"], s["accepted"]) for s in r.steps] == [(1, False), (2, True), (3, True)]
+    assert [(s.node, s.accepted) for s in r.steps] == [(1, False), (2, True), (3, True)]
 
 
 # ------------------------------------------------------------------------------------ sampling rules
@@ -65,8 +68,8 @@ def test_deterministic_rule_certain_and_impossible_children():
     g = gen(1)
     for _ in range(400):
         r = verify(tree, p, T1, g)
-        assert r.steps[0]["node"] == 1 and not r.steps[0]["accepted"] and r.steps[0]["p"] == 0
-        assert r.steps[0]["residual"] is not None and float(r.steps[0]["residual"][3]) == 0
+        assert r.steps[0].node == 1 and not r.steps[0].accepted and r.steps[0].p == 0
+        assert 1 in r.residuals and float(r.residuals[1][3]) == 0
         outs[(tuple(r.accepted), r.extra_token, r.extra_source)] += 1
     assert set(outs) == {((2,), 0, "bonus"), ((), 2, "resampled")}
     assert 150 < outs[((2,), 0, "bonus")] < 250  # accepted with probability 1/2
@@ -81,7 +84,7 @@ def test_sampled_rule_accepts_always_when_q_equals_p():
     for _ in range(50):
         r = verify(tree, p, T1, g)
         assert r.accepted == [1, 2] and r.extra_source == "bonus"
-        assert all(abs(s["ratio"] - 1) < 1e-6 for s in r.steps)
+        assert all(abs(s.ratio - 1) < 1e-6 for s in r.steps)
     assert r.rule == "chain"
 
 
@@ -108,7 +111,7 @@ def test_seeded_replay_is_identical():
     assert (a.accepted, a.extra_token, a.extra_source, a.rule) == (b.accepted, b.extra_token, b.extra_source, b.rule)
     assert torch.equal(a.extra_dist, b.extra_dist)
     for s, t in zip(a.steps, b.steps, strict=True):
-        assert {k: v for k, v in s.items() if k != "residual"} == {k: v for k, v in t.items() if k != "residual"}
+        assert s == t
     # a different seed eventually gives a different walk
     assert any(
         (verify(tree, p, params, gen(s)).extra_token, len(verify(tree, p, params, gen(s)).steps))
@@ -126,9 +129,9 @@ def test_errors_are_clear():
     with pytest.raises(SpecVizError, match="one target row per tree node"):
         verify(tree, p[:1], T1, gen())
     with pytest.raises(SpecVizError, match="Unknown verification variant"):
-        verify(DraftTree.chain(0, [1]), p, T1, gen(), variant="nope")
+        verify(DraftTree.chain(0, [1]), p, T1, gen(), policy=get_policy("nope"))
     with pytest.raises(SpecVizError, match="p_raw"):
-        verify(DraftTree.chain(0, [1]), p, T1, gen(), variant="unwarped-bonus")
+        verify(DraftTree.chain(0, [1]), p, T1, gen(), policy=get_policy("unwarped-bonus"))
 
 
 # ------------------------------------------------------------------------------------ walk == math
@@ -163,7 +166,7 @@ def _simulate1(model, params, variant, n, seed, k):
     cnt = Counter()
     for _ in range(n):
         tree, p, p_raw = model.draw_tree(g)
-        r = verify(tree, p, params, g, p_raw=p_raw, variant=variant)
+        r = verify(tree, p, params, g, p_raw=p_raw, policy=get_policy(variant))
         toks = [tree.tokens[i] for i in r.accepted] + [r.extra_token]
         while len(toks) < k:  # after the round the target continues (vanilla)
             toks.append(sample(model.p_fn(tuple(toks)), g))

@@ -23,7 +23,6 @@ from ..heads.io import load_head, shipped_head_dir
 from ..heads.layers import HeadCache
 from ..sampling import SamplingParams, warp_logits
 from ..tree import EAGLE1_TREE, DraftTree, build_dynamic_tree, build_static_tree
-from ..tuning import tree_for
 from .base import Drafter
 
 
@@ -149,32 +148,31 @@ def _load(target, method: str, head_dir=None):
     return load_head(folder, target=model, dtype=model.dtype), model, folder
 
 
-def make_eagle1(target, head_dir=None, static_tree=None, tree_size="auto", **kw):
-    """EAGLE-1's static tree; by default the subset of it that pays best on this device."""
+def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = None, **kw):
+    """EAGLE-1's static tree: `static_tree` paths, the device-tuned `tuned["paths"]` (the registry
+    asks `specviz.tuning`), or the paper's tree."""
     head, model, folder = _load(target, "eagle1", head_dir)
-    best = None if static_tree else tree_for(target, "eagle1", folder, tree_size)
-    d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=best["paths"] if best else static_tree)
-    d.tuning = best
+    d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=tuned["paths"] if tuned else static_tree)
+    d.tuning = tuned
     return d
 
 
-def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_tokens, tree_size, paper_depth):
+def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_tokens, tuned, paper_depth):
     head, model, folder = _load(target, head_method, head_dir)
-    best = None if (depth or total_tokens) else tree_for(target, name, folder, tree_size)
-    if best:
-        depth, total_tokens, top_k = best["depth"], best["total_tokens"], best["top_k"]
+    if tuned:
+        depth, total_tokens, top_k = tuned["depth"], tuned["total_tokens"], tuned["top_k"]
     d = EagleDrafter(head, model, name=name, tree="dynamic", depth=depth or paper_depth, top_k=top_k,
                      total_tokens=total_tokens or 24)
-    d.tuning = best
+    d.tuning = tuned
     return d
 
 
-def make_eagle2(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tree_size="auto", **kw):
-    """EAGLE-2: the EAGLE-1 head with a dynamic tree (device-tuned unless depth/total_tokens are given;
-    `tree_size="paper"` gives the papers' CPU-scaled default of depth 5, 24 nodes)."""
-    return _make_dynamic(target, "eagle2", "eagle1", head_dir, depth, top_k, total_tokens, tree_size, 5)
+def make_eagle2(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None, **kw):
+    """EAGLE-2: the EAGLE-1 head with a dynamic tree (`tuned` from the registry, else the papers'
+    CPU-scaled default of depth 5, 24 nodes)."""
+    return _make_dynamic(target, "eagle2", "eagle1", head_dir, depth, top_k, total_tokens, tuned, 5)
 
 
-def make_eagle3(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tree_size="auto", **kw):
-    """EAGLE-3: its own head with a dynamic tree (device-tuned as for EAGLE-2; paper default depth 6)."""
-    return _make_dynamic(target, "eagle3", "eagle3", head_dir, depth, top_k, total_tokens, tree_size, 6)
+def make_eagle3(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None, **kw):
+    """EAGLE-3: its own head with a dynamic tree (as for EAGLE-2; paper default depth 6)."""
+    return _make_dynamic(target, "eagle3", "eagle3", head_dir, depth, top_k, total_tokens, tuned, 6)

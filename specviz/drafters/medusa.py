@@ -16,7 +16,6 @@ from .. import SpecVizError
 from ..heads.io import load_head, shipped_head_dir
 from ..sampling import warp_logits
 from ..tree import EAGLE1_TREE, DraftTree, build_static_tree
-from ..tuning import tree_for
 from .base import Drafter
 
 
@@ -64,15 +63,15 @@ class MedusaDrafter(Drafter):
         return build_static_tree(int(root), self.tree, expand)
 
 
-def make_drafter(target, head_dir=None, tree=None, tree_size="auto", **kw):
-    """Medusa's static tree; by default the subset of it that pays best on this device."""
+def make_drafter(target, head_dir=None, tree=None, tuned: dict | None = None, **kw):
+    """Medusa's static tree: `tree` paths, the device-tuned `tuned["paths"]` (the registry asks
+    `specviz.tuning`), or the default sparse tree."""
     model = target.model if hasattr(target, "model") else target
     folder = Path(head_dir) if head_dir else shipped_head_dir(model.name, "medusa")
     if not (folder / "config.json").is_file():
         raise SpecVizError(f"No Medusa heads for {model.name} (looked in {folder}); train them with "
                            "`python -m specviz.train medusa`.")
     heads = load_head(folder, target=model, dtype=model.dtype)
-    best = None if tree is not None else tree_for(target, "medusa", folder, tree_size)
-    d = MedusaDrafter(heads, model, tree=best["paths"] if best else tree)
-    d.tuning = best
+    d = MedusaDrafter(heads, model, tree=tuned["paths"] if tuned else tree)
+    d.tuning = tuned
     return d

@@ -15,7 +15,9 @@ import torch
 
 from .. import SpecVizError
 from ..heads.io import shipped_head_dir
+from ..loading import DEFAULT_MODEL, read_config, read_state_dict
 from ..sampling import probs, sample
+from ..target import TargetModel
 from ..tree import DraftTree
 from .base import Drafter
 
@@ -76,8 +78,6 @@ class SpSDrafter(Drafter):
 
 def default_sps_dir(model_name: str | None = None) -> Path:
     """The shipped SpS draft model (a Hugging Face Llama folder) for `model_name` (default model)."""
-    from ..loading import DEFAULT_MODEL
-
     folder = shipped_head_dir(model_name or DEFAULT_MODEL, "sps")
     if not (folder / "config.json").is_file():
         raise SpecVizError(f"No SpS draft model shipped in {folder}; train one with `python -m specviz.train sps`.")
@@ -85,9 +85,6 @@ def default_sps_dir(model_name: str | None = None) -> Path:
 
 
 def load_sps_model(folder, device="cpu", dtype=torch.float32):
-    from ..loading import read_config, read_state_dict
-    from ..target import TargetModel
-
     folder = Path(folder)
     cfg = read_config(folder)
     state = {k: v.float() for k, v in read_state_dict(folder).items()}

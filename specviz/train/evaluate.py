@@ -15,14 +15,17 @@ from pathlib import Path
 
 import torch
 
+from ..engine import SpeculativeDecoder
 from ..heads.io import load_head, shipped_head_dir
+from ..methods import make_drafter
+from ..sampling import SamplingParams
+from ..target import load_target
+from .data import SeqData, default_data_dir
+from .sps import evaluate_sps
+from .trainers import TrainConfig, evaluate
 
 
 def per_step(methods, data_dir, model, steps=6, log=print):
-    from .data import SeqData
-    from .sps import evaluate_sps
-    from .trainers import TrainConfig, evaluate
-
     out = {}
     for m in methods:
         folder = shipped_head_dir(model.name, m)
@@ -30,7 +33,7 @@ def per_step(methods, data_dir, model, steps=6, log=print):
             log(f"{m}: no shipped head in {folder}")
             continue
         if m == "sps":
-            from transformers import LlamaForCausalLM
+            from transformers import LlamaForCausalLM  # slow to import; only the SpS row of the evaluation needs it
 
             held = SeqData(data_dir, "heldout", taps=[])
             sps = LlamaForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
@@ -48,8 +51,6 @@ def per_step(methods, data_dir, model, steps=6, log=print):
 
 def prompts_from(source, data_dir, limit, tokenizer):
     if source == "heldout":
-        from .data import SeqData
-
         held = SeqData(data_dir, "heldout", taps=[])
         seqs = [s for s in held.seqs if s.get("temp", 0.0) == 0.0][:limit]
         return [("heldout", s["tokens"][: s["prompt_len"]].tolist()) for s in seqs]
@@ -67,10 +68,6 @@ def prompts_from(source, data_dir, limit, tokenizer):
 
 
 def engine_tau(methods, target, prompts, max_new_tokens=64, log=print, options=None):
-    from ..engine import SpeculativeDecoder
-    from ..methods import make_drafter
-    from ..sampling import SamplingParams
-
     res = {}
     for m in methods:
         try:
@@ -97,9 +94,6 @@ def engine_tau(methods, target, prompts, max_new_tokens=64, log=print, options=N
 
 
 def main(args, log=print):
-    from ..target import load_target
-    from .cli import default_data_dir
-
     torch.set_num_threads(args.threads or torch.get_num_threads())
     target = load_target(dtype=torch.float32, device="cpu")
     data_dir = Path(args.data or default_data_dir())

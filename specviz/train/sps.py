@@ -18,9 +18,13 @@ import time
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
+from tqdm import tqdm
 
+from ..target import load_target
 from .data import SeqData
-from .trainers import batches, resume
+from .batches import batches
+from .trainers import resume
 
 
 def sps_config(tcfg, hidden=256, layers=2, heads=4, kv_heads=2, inter=768) -> dict:
@@ -36,7 +40,7 @@ def sps_config(tcfg, hidden=256, layers=2, heads=4, kv_heads=2, inter=768) -> di
 
 
 def build_sps(tcfg, target_embed: torch.Tensor, **kw):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM  # slow to import; only SpS training needs it
 
     d = sps_config(tcfg, **kw)
     model = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in d.items() if k not in ("architectures", "torch_dtype")}))
@@ -107,13 +111,8 @@ def evaluate_sps(model, data: SeqData, steps=6, greedy_only=True, device="cpu"):
 
 def train_sps(data_dir, out, ckpt_dir, minutes=10.0, max_steps=0, lr=2e-3, max_tokens=4096, device="cpu",
               model=None, log=print, seed=0, hidden=256, layers=2, max_shards=0):
-    from safetensors.torch import save_file
-    from tqdm import tqdm
-
     torch.manual_seed(seed)
     if model is None:
-        from ..target import load_target
-
         tg = load_target(dtype=torch.float32, device="cpu")
         model, folder = tg.model, tg.folder
     else:

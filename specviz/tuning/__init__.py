@@ -20,89 +20,24 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import platform
-import re
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
-from . import SpecVizError
+from .. import SpecVizError
+from ..engine import SpeculativeDecoder
+from ..examples import EXAMPLE_PROMPTS
+from ..heads.io import shipped_head_dir
+from ..loading import cache_root
+from ..machine import device_key, forward_curve, interpolate, machine, sync
+from ..sampling import SamplingParams
+from ..tree import DraftTree
 
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 64)
 MAX_DEPTH = 8  # deepest dynamic tree profiled
 PROFILE_FILE = "tree_profile.json"
-
-
-# ----------------------------------------------------------------------------- machine
-def machine() -> dict:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "threads": torch.get_num_threads(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-    }
-
-
-def device_key(model) -> str:
-    """One file name per (device, thread count, precision and kernel, model): costs differ across all four."""
-    m = machine()
-    dev = m["cuda"] if model.device.type == "cuda" else f"{m['cpu']}-t{m['threads']}"
-    dtype = str(model.dtype).replace("torch.", "")
-    if getattr(model, "blocks", None) is not None:  # GGUF-block kernel: a different cost curve
-        dtype += "-blocks"
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{model.name}-{dtype}-{dev}")[:150]
-
-
-def _sync(model):
-    if model.device.type == "cuda":
-        torch.cuda.synchronize(model.device)
-
-
-# ----------------------------------------------------------------------------- target costs
-@torch.no_grad()
-def forward_curve(model, sizes=(1, 4, 16, 64), context: int = 300, repeats: int = 5) -> dict[int, float]:
-    """Median seconds of one target pass over n new tokens after `context` cached tokens."""
-    g = torch.Generator().manual_seed(0)
-    ctx = torch.randint(100, 20000, (1, context), generator=g)
-    cache = model.new_cache(context + max(sizes) + 1)
-    model(ctx, cache)
-    cache.commit()
-    out = {}
-    for n in sizes:
-        toks = torch.randint(100, 20000, (1, n), generator=g)
-        times = []
-        for _ in range(repeats + 1):
-            _sync(model)
-            t0 = time.perf_counter()
-            model(toks, cache)
-            _sync(model)
-            times.append(time.perf_counter() - t0)
-            cache.truncate(context)
-        out[n] = statistics.median(times[1:])
-    return out
-
-
-def interpolate(curve: dict, n: float) -> float:
-    """Piecewise-linear read of a measured {size: seconds} curve (clamped at its ends)."""
-    xs = sorted(int(k) for k in curve)
-    ys = [float(curve[k] if k in curve else curve[str(k)]) for k in xs]
-    if n <= xs[0]:
-        return ys[0]
-    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
-        if n <= x1:
-            return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
-    return ys[-1] + (ys[-1] - ys[-2]) * (n - xs[-1]) / (xs[-1] - xs[-2])
 
 
 # ----------------------------------------------------------------------------- profiles
@@ -130,8 +65,6 @@ class _Recorder:
         self.inner.restore(snap)
 
     def propose(self, context, root, params, generator):
-        from .tree import DraftTree
-
         self.trees.append(self.inner.propose(context, root, params, generator))
         return DraftTree(tokens=[int(root)], parents=[-1], q=[1.0])
 
@@ -168,20 +101,17 @@ def dynamic_accepts(cands: list, cont: list[int], max_depth: int, n_max: int) ->
     return acc
 
 
-def collect_profile(target, method: str, prompts: list, max_new_tokens: int = 96, n_max: int = 64,
+def collect_profile(target, inner, prompts: list, max_new_tokens: int = 96, n_max: int = 64,
                     progress=None) -> dict:
-    """Calibrate `method` (greedy) on `prompts` and return its tree profile."""
-    from .drafters.eagle import EagleDrafter
-    from .engine import SpeculativeDecoder
-    from .methods import make_drafter
-
-    inner = make_drafter(method, target, tree_size="paper")
-    dynamic = isinstance(inner, EagleDrafter) and inner.tree_kind == "dynamic"
+    """Calibrate the drafter `inner` (built with the papers' tree; greedy) on `prompts` and return
+    its tree profile."""
+    method = inner.name
+    dynamic = getattr(inner, "tree_kind", None) == "dynamic"
     if dynamic:
         inner.depth, inner.total_tokens = MAX_DEPTH, n_max
         acc_sum = [[0] * n_max for _ in range(MAX_DEPTH)]
     else:
-        paths = inner.static_tree if isinstance(inner, EagleDrafter) else inner.tree
+        paths = inner.static_tree if hasattr(inner, "static_tree") else inner.tree
         # node k of a static tree is the k-th path in (length, path) order (tree.static_tree_shape)
         paths = sorted((list(p) for p in paths), key=lambda p: (len(p), p))
         count = [0] * (len(paths) + 1)
@@ -250,10 +180,6 @@ def save_profile(head_dir, profile: dict) -> Path:
 def _draft_and_overhead(target, drafter, configure, configs, forward: dict, repeats: int = 3) -> tuple[dict, float]:
     """Median seconds of one `propose` per config, and the engine's fixed cost per round (round
     time minus drafting minus the measured `forward` curve)."""
-    from .engine import SpeculativeDecoder
-    from .examples import EXAMPLE_PROMPTS
-    from .sampling import SamplingParams
-
     dec = SpeculativeDecoder(target, drafter, seed=0, detail=False)
     dec.start(EXAMPLE_PROMPTS[0], 64)
     rounds = [dec.step() for _ in range(3)]  # steady state: a few accepted tokens pending
@@ -267,23 +193,22 @@ def _draft_and_overhead(target, drafter, configure, configs, forward: dict, repe
             snap = drafter.snapshot()
             t0 = time.perf_counter()
             drafter.propose(dec.context, dec.root, params, dec.generator)
-            _sync(target.model)
+            sync(target.model)
             times.append(time.perf_counter() - t0)
             drafter.restore(snap)
         out[cfg] = statistics.median(times[1:])
     return out, statistics.median(overhead)
 
 
-def _cost_file(model) -> Path:
-    from .loading import cache_root
-
+def cost_file(model) -> Path:
     return cache_root() / "tuning" / f"{device_key(model)}.json"
 
 
-def device_costs(target, method: str, profile: dict, remeasure: bool = False, log=None) -> dict:
-    """Measured costs (seconds) for `method` on this device; cached after the first call."""
+def device_costs(target, method: str, profile: dict, remeasure: bool = False, log=None, build=None) -> dict:
+    """Measured costs (seconds) for `method` on this device; cached after the first call.
+    `build()` makes the method's drafter with the papers' tree (specviz.methods passes it)."""
     model = target.model
-    f = _cost_file(model)
+    f = cost_file(model)
     data = {}
     if f.is_file() and not remeasure:
         try:
@@ -301,9 +226,9 @@ def device_costs(target, method: str, profile: dict, remeasure: bool = False, lo
     if key not in data:
         if log:
             log(f"measuring {method}'s drafting cost on this device (once)")
-        from .methods import make_drafter
-
-        drafter = make_drafter(method, target, tree_size="paper")
+        if build is None:
+            raise SpecVizError(f"Measuring {method}'s drafting cost needs its drafter: use specviz.methods.tuned_tree.")
+        drafter = build()
         if profile["kind"] == "dynamic":
             def configure(d):
                 drafter.depth, drafter.total_tokens = d, profile["n_max"]
@@ -345,18 +270,23 @@ def rank_trees(profile: dict, costs: dict, method: str) -> list[dict]:
     return sorted(out, key=lambda r: -r["tok_s"])
 
 
-def tuned_tree(target, method: str, head_dir=None, log=None) -> dict | None:
-    """The best tree for `method` here (head folder: the shipped one by default), or None when
-    the head ships no profile."""
-    if head_dir is None:
-        from .heads.io import shipped_head_dir
-        from .methods import head_method
+def _profile_dir(model_name: str, method: str) -> Path | None:
+    """The shipped head folder whose profile file holds `method` (EAGLE-2's lives with EAGLE-1's head)."""
+    for f in sorted(shipped_head_dir(model_name, "").glob(f"*/{PROFILE_FILE}")):
+        if load_profile(f.parent, method) is not None:
+            return f.parent
+    return None
 
-        head_dir = shipped_head_dir(target.model.name, head_method(method))
-    profile = load_profile(head_dir, method)
+
+def tuned_tree(target, method: str, head_dir=None, log=None, build=None) -> dict | None:
+    """The best tree for `method` here (its head's shipped profile x this device's costs), or None
+    when the head ships no profile. `head_dir`: default, the shipped folder holding the method's
+    profile; `build`: see `device_costs` (specviz.methods.tuned_tree passes both)."""
+    head_dir = head_dir or _profile_dir(target.model.name, method)
+    profile = load_profile(head_dir, method) if head_dir else None
     if profile is None:
         return None
-    costs = device_costs(target, method, profile, log=log)
+    costs = device_costs(target, method, profile, log=log, build=build)
     best = rank_trees(profile, costs, method)[0]
     vanilla = 1.0 / (float(costs["overhead"]) + interpolate(costs["forward"], 1))
     best = dict(best, vanilla_tok_s=vanilla, kind=profile["kind"])
@@ -367,71 +297,9 @@ def tuned_tree(target, method: str, head_dir=None, log=None) -> dict | None:
     return best
 
 
-def tree_for(target, method: str, head_dir, tree_size) -> dict | None:
-    """What a drafter factory uses: the tuned tree for `tree_size="auto"`, None for the papers'
-    fixed trees (or when `target` is a bare model without the engine's tokenizer)."""
+def tree_for(target, method: str, head_dir, tree_size, build=None) -> dict | None:
+    """What the registry hands a drafter factory: the tuned tree for `tree_size="auto"`, None for
+    the papers' fixed trees (or when `target` is a bare model without the engine's tokenizer)."""
     if tree_size != "auto" or not hasattr(target, "tokenizer"):
         return None
-    return tuned_tree(target, method, head_dir)
-
-
-# ----------------------------------------------------------------------------- CLI
-def main(argv=None) -> int:
-    import argparse
-    import sys
-
-    ap = argparse.ArgumentParser(prog="python -m specviz.tuning", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("profile", help="calibrate the shipped heads' acceptance profiles (greedy, fp32)")
-    p.add_argument("--methods", default="eagle1,eagle2,eagle3,medusa")
-    p.add_argument("--limit", type=int, default=16, help="built-in prompts to calibrate on")
-    p.add_argument("--max-new-tokens", type=int, default=96)
-    p.add_argument("--threads", type=int, default=0)
-    c = sub.add_parser("show", help="measure (or read) this device's costs and print the best trees")
-    c.add_argument("--methods", default="eagle1,eagle2,eagle3,medusa")
-    c.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
-    c.add_argument("--remeasure", action="store_true")
-    c.add_argument("--threads", type=int, default=0)
-    args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    from tqdm import tqdm
-
-    from .examples import EXAMPLE_PROMPTS
-    from .heads.io import shipped_head_dir
-    from .methods import head_method
-    from .target import load_target
-
-    try:
-        if args.cmd == "profile":
-            target = load_target(dtype=torch.float32)
-            prompts = EXAMPLE_PROMPTS[: args.limit]
-            for m in args.methods.split(","):
-                bar = tqdm(total=len(prompts), desc=f"profile {m}", file=sys.stderr)
-                prof = collect_profile(target, m, prompts, args.max_new_tokens,
-                                       progress=lambda i, n: bar.update(1))
-                bar.close()
-                f = save_profile(shipped_head_dir(target.model.name, head_method(m)), prof)
-                print(f"{m}: {prof['samples']} positions -> {f}")
-        else:
-            target = load_target(dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype])
-            if args.remeasure:
-                _cost_file(target.model).unlink(missing_ok=True)
-            for m in args.methods.split(","):
-                best = tuned_tree(target, m, log=lambda s: print(s, file=sys.stderr))
-                if best is None:
-                    print(f"{m}: no {PROFILE_FILE} for the shipped head; run `python -m specviz.tuning profile` first")
-                    continue
-                shape = f"depth {best['depth']}, " if "depth" in best else ""
-                print(f"{m}: best {shape}{best['total_tokens']} nodes: expected tau {best['tau']:.2f}, "
-                      f"{1000 * best['seconds']:.1f} ms/round -> {best['tok_s']:.1f} tok/s "
-                      f"(vanilla {best['vanilla_tok_s']:.1f} tok/s, x{best['tok_s'] / best['vanilla_tok_s']:.2f})")
-            print(f"costs cached in {_cost_file(target.model)}")
-    except SpecVizError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return tuned_tree(target, method, head_dir, build=build)

@@ -1,0 +1,95 @@
+"""This machine and what one target pass costs on it: shared by the tree tuner, the benchmark and
+the Why-it-is-free page (so all three measure the same way)."""
+
+from __future__ import annotations
+
+import platform
+import re
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+
+
+def machine() -> dict:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def device_key(model) -> str:
+    """One file name per (device, thread count, precision and kernel, model): costs differ across all four."""
+    m = machine()
+    dev = m["cuda"] if model.device.type == "cuda" else f"{m['cpu']}-t{m['threads']}"
+    dtype = str(model.dtype).replace("torch.", "")
+    if getattr(model, "blocks", None) is not None:  # GGUF-block kernel: a different cost curve
+        dtype += "-blocks"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{model.name}-{dtype}-{dev}")[:150]
+
+
+def sync(model):
+    if model.device.type == "cuda":
+        torch.cuda.synchronize(model.device)
+
+
+@torch.no_grad()
+def forward_curve(model, sizes=(1, 4, 16, 64), context: int = 300, repeats: int = 5) -> dict[int, float]:
+    """Median seconds of one target pass over n new tokens after `context` cached tokens."""
+    g = torch.Generator().manual_seed(0)
+    ctx = torch.randint(100, 20000, (1, context), generator=g)
+    cache = model.new_cache(context + max(sizes) + 1)
+    model(ctx, cache)
+    cache.commit()
+    out = {}
+    for n in sizes:
+        toks = torch.randint(100, 20000, (1, n), generator=g)
+        times = []
+        for _ in range(repeats + 1):
+            sync(model)
+            t0 = time.perf_counter()
+            model(toks, cache)
+            sync(model)
+            times.append(time.perf_counter() - t0)
+            cache.truncate(context)
+        out[n] = statistics.median(times[1:])
+    return out
+
+
+def interpolate(curve: dict, n: float) -> float:
+    """Piecewise-linear read of a measured {size: seconds} curve (clamped at its ends)."""
+    xs = sorted(int(k) for k in curve)
+    ys = [float(curve[k] if k in curve else curve[str(k)]) for k in xs]
+    if n <= xs[0]:
+        return ys[0]
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+        if n <= x1:
+            return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
+    return ys[-1] + (ys[-1] - ys[-2]) * (n - xs[-1]) / (xs[-1] - xs[-2])
+
+
+def weight_floor(model, repeats: int = 5) -> float:
+    """Seconds for the bare matrix products of one token (every weight read once, no attention),
+    with the weights the runtime uses for a one-token pass (GGUF blocks or dense)."""
+    x = torch.randn(1, model.cfg.hidden_size, dtype=model.dtype, device=model.device)
+    times = []
+    for _ in range(repeats + 1):
+        sync(model)
+        t0 = time.perf_counter()
+        model.weight_pass(x)
+        sync(model)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])
