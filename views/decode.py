@@ -169,7 +169,8 @@ def round_view(sess, view: int, L: str):
                      format_func=lambda k: tr("dec.stage_" + k))
     max_depth = max(nd.depth for nd in trace.nodes)
 
-    left, right = st.columns([3, 2])
+    # a paper-sized tree (25-60 nodes) takes the full width, its p-vs-q panel goes below it
+    left, right = (st.container(), st.container()) if len(trace.nodes) > 16 else st.columns([3, 2])
     with left:
         if stage == "draft":
             if len(trace.nodes) == 1:
