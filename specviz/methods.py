@@ -41,6 +41,7 @@ class Method:
     tunable: bool = False  # specviz.tuning sizes its tree for the device
     head: str | None = None  # shipped folder under assets/heads/<model>/ it needs
     shape_options: tuple = ()  # options that fix the tree's shape (then no tuning)
+    reads_features: bool = False  # its head reads the target's hidden states (so their sizes must match)
     toy: bool = False  # weightless drafter of the losslessness check, built on a TargetOracle
 
 
@@ -60,10 +61,10 @@ METHODS: dict[str, Method] = {
     "vanilla": Method(lambda target, **kw: NoDraft(), "m.vanilla"),
     "pld": Method(_pld, "m.pld"),
     "sps": Method(sps.make_drafter, "m.sps", head="sps"),
-    "medusa": Method(medusa.make_drafter, "m.medusa", tunable=True, head="medusa", shape_options=("tree",)),
-    "eagle1": Method(eagle.make_eagle1, "m.eagle1", tunable=True, head="eagle1", shape_options=("static_tree",)),
-    "eagle2": Method(eagle.make_eagle2, "m.eagle2", tunable=True, head="eagle1", shape_options=("depth", "total_tokens")),
-    "eagle3": Method(eagle.make_eagle3, "m.eagle3", tunable=True, head="eagle3", shape_options=("depth", "total_tokens")),
+    "medusa": Method(medusa.make_drafter, "m.medusa", tunable=True, head="medusa", reads_features=True, shape_options=("tree",)),
+    "eagle1": Method(eagle.make_eagle1, "m.eagle1", tunable=True, reads_features=True, head="eagle1", shape_options=("static_tree",)),
+    "eagle2": Method(eagle.make_eagle2, "m.eagle2", tunable=True, reads_features=True, head="eagle1", shape_options=("depth", "total_tokens")),
+    "eagle3": Method(eagle.make_eagle3, "m.eagle3", tunable=True, reads_features=True, head="eagle3", shape_options=("depth", "total_tokens")),
     "toy-sps": Method(_toy(widths=(1, 1), sampled=True), "m.toy-sps", toy=True),
     "toy-specinfer": Method(_toy(widths=(2, 1), sampled=True), "m.toy-specinfer", toy=True),
     "toy-topk": Method(_toy(widths=(2, 1), sampled=False), "m.toy-topk", toy=True),
@@ -128,7 +129,7 @@ def availability(name: str, target=None, dtype: str = "fp32") -> tuple[bool, str
         return False, f"No weights in {folder}."
     if target is not None:
         tcfg = _model(target).cfg
-        if cfg.get("hidden_size") != tcfg.hidden_size:
+        if spec.reads_features and cfg.get("hidden_size") != tcfg.hidden_size:
             return False, f"The {name} head was built for hidden size {cfg.get('hidden_size')}, the target has {tcfg.hidden_size}."
         vocab = cfg.get("vocab_size")
         if vocab is not None and vocab != tcfg.vocab_size:

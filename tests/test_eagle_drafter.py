@@ -97,3 +97,28 @@ def test_medusa_and_sps_greedy_identical_to_vanilla():
     res = SpeculativeDecoder(target, SpSDrafter(tiny_target(seed=5), gamma=3), SamplingParams(temperature=1.0),
                              seed=0).generate(prompt, 12, chat=False)
     assert len(res.tokens) >= 1
+
+
+def test_registry_availability_reads_the_shipped_configs_without_building(monkeypatch):
+    """availability() answers from config.json alone: the tiny target (another hidden size and
+    vocabulary) cannot use the shipped heads, and nothing is built to find that out."""
+    from types import SimpleNamespace
+
+    from specviz import methods
+
+    def no_build(*a, **k):
+        raise AssertionError("availability must not build a drafter")
+
+    for name, spec in list(methods.METHODS.items()):
+        monkeypatch.setitem(methods.METHODS, name, methods.Method(no_build, spec.label, spec.tunable, spec.head,
+                                                                  spec.shape_options, spec.reads_features, spec.toy))
+    shipped = SimpleNamespace(name="smollm2-135m-instruct", cfg=SimpleNamespace(hidden_size=576, vocab_size=49152))
+    for name in methods.ENGINE_METHODS:
+        assert methods.availability(name, SimpleNamespace(model=shipped)) == (True, ""), name
+    other = SimpleNamespace(name="smollm2-135m-instruct", cfg=SimpleNamespace(hidden_size=64, vocab_size=49152))
+    ok, why = methods.availability("eagle3", SimpleNamespace(model=other))
+    assert not ok and "hidden size" in why
+    assert methods.availability("sps", SimpleNamespace(model=other))[0]  # SpS reads no target features
+    ok, why = methods.availability("sps", SimpleNamespace(model=SimpleNamespace(name="no-such-model", cfg=shipped.cfg)))
+    assert not ok and "python -m specviz.train sps" in why
+    assert methods.availability("nonsense") == (False, "Unknown method 'nonsense'.")
