@@ -389,3 +389,18 @@ def test_big_tree_is_readable():
     untried = next(d for d in fig.data if d.name == t("status.untried"))
     assert untried.marker.opacity < 1 and untried.text[0].startswith("#")
     assert fig.layout.height >= 1000
+
+
+def test_tree_hover_follows_the_stage_and_the_rule():
+    def hovers(fig):
+        return " ".join(h for d in fig.data if d.hovertext is not None for h in d.hovertext)
+
+    tr = synthetic_trace()
+    draft = hovers(F.tree_figure(tr, reveal=False))
+    assert "q = 0.6000" in draft and "p =" not in draft  # no p before the verify pass
+    verify = hovers(F.tree_figure(tr, reveal=False, show_p=True))
+    assert "p = 0.5000" in verify and t("status.accepted") not in verify  # p known, outcome not yet
+    accept = hovers(F.tree_figure(tr))
+    assert "p/q" in accept and "u = 0.770" in accept  # the chain rule divides by the drawn q
+    one = hovers(F.tree_figure(onehot_trace()))
+    assert "p/q" not in one and "a = 0.300" in one  # one-hot q: a = p_res(x), no ratio to the draft's q

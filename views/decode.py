@@ -185,7 +185,7 @@ def round_view(sess, view: int, L: str):
                                       f"tree_draft_{view}_{lvl}")
         elif stage == "verify":
             st.caption(tr("dec.verify_text", n=len(trace.nodes), L=trace.prefix_len, ms=1000 * trace.verify_time_s))
-            fig, sel = tree_chart(trace, lambda sl: cached("tree", trace, L, sl, "verify", build=lambda: tree_figure(trace, L, selected=sl, reveal=False)),
+            fig, sel = tree_chart(trace, lambda sl: cached("tree", trace, L, sl, "verify", build=lambda: tree_figure(trace, L, selected=sl, reveal=False, show_p=True)),
                                   f"tree_verify_{view}")
         else:
             fig, sel = tree_chart(trace, lambda sl: cached("tree", trace, L, sl, "accept", build=lambda: tree_figure(trace, L, selected=sl)),

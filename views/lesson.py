@@ -140,8 +140,8 @@ def clicked(chart_key: str):
     return int(cd[0] if isinstance(cd, (list, tuple)) else cd)
 
 
-def tree_chart(tr_, chart_key, reveal=True, selected=None, height=None):
-    fig = tree_figure(tr_, L, selected=selected, reveal=reveal, height=height)
+def tree_chart(tr_, chart_key, reveal=True, selected=None, height=None, show_p=None):
+    fig = tree_figure(tr_, L, selected=selected, reveal=reveal, height=height, show_p=show_p)
     st.plotly_chart(fig, key=chart_key, on_select="rerun", selection_mode="points", config=CFG)
 
 
@@ -199,7 +199,7 @@ elif sid == "s4":
     r_n = pass_ratio(c, len(trace.nodes))
     st.markdown(tr("lesson.s4.body", ms=r_n * c[min(c)], r=r_n, n=len(trace.nodes)))
     sel = clicked(f"l_tree4{sfx}")
-    tree_chart(trace, f"l_tree4{sfx}", reveal=False, selected=sel)
+    tree_chart(trace, f"l_tree4{sfx}", reveal=False, selected=sel, show_p=True)
     cols = st.columns([2, 3])
     with cols[0]:
         shown = sel if sel is not None and sel != EXTRA_ID else 0

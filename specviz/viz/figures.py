@@ -105,26 +105,46 @@ def ancestors(trace: RoundTrace, node_id: int) -> list[int]:
     return out[::-1]
 
 
-def _node_hover(n: NodeTrace, lang: str, reveal: bool = True) -> str:
+def target_p(trace: RoundTrace, node: NodeTrace) -> float | None:
+    """The target's probability of a node's token given its parent's path, as a reader expects
+    it: the warped p when sampling; in greedy rounds the T = 1 softmax (the greedy 'p' is one-hot),
+    None when that token is outside the recorded top entries."""
+    if node.parent < 0:
+        return None
+    if trace.rule != "greedy":
+        return node.p
+    for tid, _, pp in trace.nodes[node.parent].next_p_raw_top:
+        if int(tid) == node.token:
+            return float(pp)
+    return None
+
+
+def _node_hover(n: NodeTrace, lang: str, reveal: bool = True, trace: RoundTrace | None = None, show_p: bool | None = None) -> str:
+    """Hover text that follows the stage: draft (q only), verify (p and q, no outcome), accept
+    (what the rule used: a and u for tried nodes; p/q only where the rule divides by the draft's q)."""
     if n.parent < 0:
         return (
             f"<b>{html.escape(show_token(n.text))}</b> (id {n.token})<br>"
             f"{t('tree.root_hover', lang)}<br>{t('tree.position', lang)} {n.position}"
         )
-    ratio = "–" if not n.q or n.p is None else f"{n.p / n.q:.3f}"
-    if not reveal:  # draft stage: the target has not spoken yet
-        return (
-            f"<b>{html.escape(show_token(n.text))}</b> (id {n.token}) · node {n.id}<br>"
-            f"q = {_fmt(n.q, 4)} · {t('tree.score', lang)} = {n.score:.3f} · {t('tree.rank', lang)} {n.rank}<br>"
-            f"{t('tree.depth', lang)} {n.depth} · {t('tree.position', lang)} {n.position}"
-        )
-    return (
-        f"<b>{html.escape(show_token(n.text))}</b> (id {n.token}) · node {n.id}<br>"
-        f"p = {_fmt(n.p, 4)} · q = {_fmt(n.q, 4)} · p/q = {ratio}<br>"
-        f"{t('tree.score', lang)} = {n.score:.3f} · {t('tree.rank', lang)} {n.rank} · "
-        f"{t('tree.depth', lang)} {n.depth} · {t('tree.position', lang)} {n.position}<br>"
-        f"{t('status.' + n.status, lang)}"
-    )
+    head = f"<b>{html.escape(show_token(n.text))}</b> (id {n.token}) · node {n.id}<br>"
+    where = (f"{t('tree.score', lang)} = {n.score:.3f} · {t('tree.rank', lang)} {n.rank} · "
+             f"{t('tree.depth', lang)} {n.depth} · {t('tree.position', lang)} {n.position}")
+    show_p = reveal if show_p is None else show_p
+    if not show_p:  # draft stage: the target has not spoken yet
+        return head + f"q = {_fmt(n.q, 4)}<br>" + where
+    pv = target_p(trace, n) if trace is not None else n.p
+    line = f"p = {_fmt(pv, 4)} · q = {_fmt(n.q, 4)}"
+    if trace is None or trace.rule in ("chain", "tree-sampled"):
+        ratio = "–" if not n.q or pv is None else f"{pv / n.q:.3f}"
+        line += f" · p/q = {ratio}"
+    if not reveal:  # verify stage: p is known, the outcome is not yet
+        return head + line + "<br>" + where
+    step = next((s for s in trace.steps if s.node == n.id), None) if trace is not None else None
+    if step is not None and step.u is not None:
+        a = min(1.0, step.p / step.q) if trace.rule in ("chain", "tree-sampled") and step.q else min(1.0, step.p)
+        line += f"<br>a = {a:.3f} · u = {step.u:.3f}"
+    return head + line + "<br>" + where + f"<br>{t('status.' + n.status, lang)}"
 
 
 def tree_figure(
@@ -135,12 +155,14 @@ def tree_figure(
     reveal: bool = True,
     show_extra: bool = True,
     height: int | None = None,
+    show_p: bool | None = None,
 ) -> go.Figure:
     """The draft tree, left to right. Nodes coloured by outcome (or all 'drafted' when
     `reveal` is False, for the draft stage); `max_depth` hides deeper levels (the tree growing);
     the selected node and its ancestors get a thick outline; the extra token (bonus or
     correction) hangs off the last accepted node with a dashed edge. customdata[0] = node id
-    (EXTRA_ID for the extra token) for click selection.
+    (EXTRA_ID for the extra token) for click selection. `show_p` (default: `reveal`) puts the
+    target's p in the hover: True with `reveal` False is the verify stage.
     """
     pos = tree_layout(trace)
     shown = [n for n in trace.nodes if max_depth is None or n.depth <= max_depth]
@@ -181,7 +203,7 @@ def tree_figure(
                 textposition="top center",
                 textfont=dict(size=10 if big else 12, color="#999" if (st == "untried" and big) else "#222"),
                 customdata=[[n.id] for n in group],
-                hovertext=[_node_hover(n, lang, reveal) for n in group],
+                hovertext=[_node_hover(n, lang, reveal, trace, show_p) for n in group],
                 hoverinfo="text",
                 name=t("status." + st, lang),
             )

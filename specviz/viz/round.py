@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 
 from ..i18n import t
 from ..trace import RoundTrace
-from .figures import LEGEND_TOP, SOURCE_COLORS, STATUS_COLORS, show_token
+from .figures import LEGEND_TOP, SOURCE_COLORS, STATUS_COLORS, show_token, target_p
 
 DASH = "–"
 STAGES = ("draft", "verify", "accept")
@@ -47,20 +47,6 @@ def accept_probability(trace: RoundTrace, step) -> float:
     return min(1.0, step.p)  # one-hot q: min(1, p_res(x) / 1)
 
 
-def _target_p(trace: RoundTrace, node) -> float | None:
-    """The target's probability of a node's token given its parent's path, as a reader expects
-    it: the warped p when sampling; for greedy rounds the T = 1 softmax (the greedy 'p' is one-hot)."""
-    if node.parent < 0:
-        return None
-    if trace.rule != "greedy":
-        return node.p
-    par = trace.nodes[node.parent]
-    for tid, _, pp in par.next_p_raw_top:
-        if int(tid) == node.token:
-            return float(pp)
-    return None
-
-
 def round_table(trace: RoundTrace, lang: str = "en", stage: str = "accept") -> pd.DataFrame:
     """One row per drafted node: id, parent, depth, token, the draft's q; from the verify stage
     the target's p; at the accept stage what the rule used (q of the rule, acceptance
@@ -78,7 +64,7 @@ def round_table(trace: RoundTrace, lang: str = "en", stage: str = "accept") -> p
             t("round.col_q", lang): _f(n.q),
         }
         if stage in ("verify", "accept"):
-            p = _target_p(trace, n)
+            p = target_p(trace, n)
             row[t("round.col_p_greedy" if greedy else "round.col_p", lang)] = _f(p) if p is not None else t("round.below_top", lang)
         if stage == "accept":
             s = steps.get(n.id)
