@@ -81,10 +81,21 @@ def _live_state() -> dict:
     return st.session_state.setdefault("lesson_live", {})
 
 
+def recorded_target():
+    """The model the recordings were made with (the default model in fp32), whatever the sidebar
+    has loaded: a replay in another precision or of another model could not match."""
+    try:
+        from specviz.app.model import load_shared_target
+    except ImportError:  # before the app package split
+        return get_target()
+    with st.spinner("…"):
+        return load_shared_target("fp32", None)
+
+
 def run_live():
     """Replay this step's recording through the engine now; step 1 measures the forward curve."""
     try:
-        target = get_target()
+        target = recorded_target()
         if target is None:
             return
         with st.spinner("…"), heavy_work():
@@ -94,8 +105,8 @@ def run_live():
             else:
                 live = LS.replay(target, rec)
                 _live_state()[sid] = {"trace": live, "diff": LS.differences(rec.trace, live, tol=1e-5)}
-    except SpecVizError as e:
-        st.error(tr("c.error", err=e))
+    except Exception as e:  # noqa: BLE001 - shown on the page, the recording stays on view
+        _live_state()[sid] = {"error": f"{type(e).__name__}: {e}" if not isinstance(e, SpecVizError) else str(e)}
 
 
 live = _live_state().get(sid)
@@ -259,6 +270,8 @@ st.divider()
 if st.button(tr("lesson.run_live"), help=tr("lesson.run_live_help"), key=f"lesson_live_{sid}"):
     run_live()
     st.rerun()
+if live and live.get("error"):
+    st.error(tr("c.error", err=live["error"]))
 if live and live.get("trace") is not None:
     if not live["diff"]:
         st.success(tr("lesson.live_same", d=1000 * live["trace"].draft_time_s, v=1000 * live["trace"].verify_time_s))
