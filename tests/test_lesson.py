@@ -107,3 +107,16 @@ def test_run_it_live_button_replays_the_step():
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
     assert any("identical" in s.value for s in at.success), [s.value for s in at.success]
+
+
+def test_deep_link_opens_a_step():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "views" / "lesson.py"), default_timeout=60)
+    at.query_params["step"] = "6"
+    at.run()
+    assert not at.exception and at.session_state["lesson_step"] == 6
+    fresh = AppTest.from_file(str(ROOT / "views" / "lesson.py"), default_timeout=60)  # a bad value is ignored
+    fresh.query_params["step"] = "zz"
+    fresh.run()
+    assert not fresh.exception and fresh.session_state["lesson_step"] == 1

@@ -27,7 +27,7 @@ page_setup()
 L = lang()
 CFG = {"displaylogo": False}
 
-# step -> the recording it shows ("" for none)
+# step -> the recording it shows (step 1 draws the cost curve; step 8 shows all three EAGLE trees)
 STEPS = (
     ("s1", "eagle3-greedy"),
     ("s2", "eagle3-greedy"),
@@ -55,7 +55,11 @@ if not rounds or machine is None:
     st.error(tr("lesson.missing"))
     st.stop()
 
-st.session_state.setdefault("lesson_step", 1)
+if "lesson_step" not in st.session_state:  # a deep link such as /lesson?step=5 opens that step
+    try:
+        st.session_state["lesson_step"] = min(N, max(1, int(st.query_params.get("step", 1))))
+    except (TypeError, ValueError):
+        st.session_state["lesson_step"] = 1
 
 
 def _go(delta: int):
