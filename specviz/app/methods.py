@@ -59,7 +59,7 @@ def method_status(method: str, dtype_name: str = "fp32") -> tuple[bool, str]:
     if fac is None:
         return False, "note.drafter_missing" if method not in EAGLE else "note.head_missing"
     try:
-        fac(method, load_shared_target(dtype_name), **tree_settings_for(method, DEFAULTS))
+        fac(method, load_shared_target(dtype_name, None), **tree_settings_for(method, DEFAULTS))
         return True, ""
     except (SpecVizError, FileNotFoundError, OSError) as e:
         msg = str(e).lower()

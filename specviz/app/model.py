@@ -16,7 +16,9 @@ from .state import DEFAULTS, lang, tr
 
 
 @st.cache_resource(show_spinner=False, max_entries=3)
-def load_shared_target(dtype_name: str, spec: str | None = None):
+def load_shared_target(dtype_name: str, spec: str | None):
+    """One model per (precision, checkpoint) per process. `spec` has no default on purpose: the
+    cache keys on the arguments as written, and (dtype,) vs (dtype, None) would load it twice."""
     return load_target(spec, dtype=torch.bfloat16 if dtype_name == "bf16" else torch.float32)
 
 
