@@ -12,7 +12,7 @@ from .. import SpecVizError
 from ..settings import check_ui_model_spec
 from ..target import load_target
 from .gate import heavy_work
-from .state import DEFAULTS, lang, tr
+from .state import DEFAULTS, tr
 
 
 @st.cache_resource(show_spinner=False, max_entries=3)
@@ -25,7 +25,7 @@ def load_shared_target(dtype_name: str, spec: str | None):
 def get_target():
     """The shared target model, or None after showing an inline error."""
     try:
-        with st.spinner("Loading the model…" if lang() == "en" else "正在加载模型……"):
+        with st.spinner(tr("c.loading_model")):
             return load_shared_target(st.session_state.get("dtype", DEFAULTS["dtype"]), st.session_state.get("model_spec"))
     except SpecVizError as e:
         st.error(tr("sb.model_error", err=e))
@@ -53,7 +53,7 @@ def load_model_from_ui() -> None:
     if spec != ss.get("model_spec"):
         ss.pop("dec", None)  # a decoder belongs to the model it was started with
     ss["model_spec"] = spec
-    ss["model_msg"] = ("success", ("Loaded: " if lang() != "zh" else "已加载：") + (spec or "SmolLM2-135M-Instruct"))
+    ss["model_msg"] = ("success", tr("sb.loaded", spec=spec or "SmolLM2-135M-Instruct"))
 
 
 def device_name() -> str:
@@ -65,4 +65,4 @@ def device_name() -> str:
 
 def device_label() -> str:
     """Short form for the sidebar: "cuda: <name>" or "cpu"."""
-    return f"cuda: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else f"cpu ({os.cpu_count()} threads)"
+    return f"cuda: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else tr("c.device_cpu", n=os.cpu_count())

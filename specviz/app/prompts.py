@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 
 from .. import SpecVizError
 from ..examples import EXAMPLE_PROMPTS
-from .state import lang, tr
+from .state import tr
 
 EXAMPLES = [
     "Explain in two sentences why the sky is blue.",
@@ -37,9 +37,7 @@ def check_prompt(prompt: str | None) -> str:
         raise SpecVizError(tr("c.empty_prompt"))
     text = clean_prompt(prompt)
     if len(text) > MAX_PROMPT_CHARS:
-        raise SpecVizError(
-            f"The prompt has {len(text):,} characters; SpecViz takes at most {MAX_PROMPT_CHARS:,}. Shorten it."
-            if lang() != "zh" else f"提示词有 {len(text):,} 个字符，最多 {MAX_PROMPT_CHARS:,} 个，请缩短。")
+        raise SpecVizError(tr("c.prompt_too_long", n=len(text), max=MAX_PROMPT_CHARS))
     return text
 
 

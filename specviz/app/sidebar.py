@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import SpecVizError, tuning
+from .. import SpecVizError
+from .. import methods as registry
 from ..i18n import LANGS
 from .gate import heavy_work
 from .methods import METHODS, best_available, method_label, method_status, status_note
 from .model import device_label, get_target, load_model_from_ui
-from .state import DEFAULTS, lang, settings, tr
+from .state import DEFAULTS, settings, tr
 
 # query parameters that carry the sidebar (deep links); prompt and round are handled by pages
 _PARSERS = {
@@ -97,7 +98,7 @@ def _apply_tuned() -> None:
         if target is None:
             return
         with st.spinner(tr("sb.tune_measuring")), heavy_work():
-            best = tuning.tuned_tree(target, m)
+            best = registry.tuned_tree(m, target)
     except (SpecVizError, OSError, ValueError) as e:
         ss["tune_msg"] = (m, "warn", str(e))
         return
@@ -124,11 +125,10 @@ def render_sidebar() -> None:
         st.selectbox(tr("sb.language"), list(LANGS), format_func=LANGS.get, key="w_lang", on_change=_copy, args=("lang",))
         st.markdown(f"### {tr('sb.model')}")
         st.caption(ss.get("model_spec") or tr("sb.model_default"))
-        st.caption(("Runs on " if lang() != "zh" else "运行设备：") + device_label())
-        with st.expander("Other model" if lang() != "zh" else "其他模型", expanded=False):
-            st.text_input("Folder in the cache or an allowed directory, or a cached Hub id" if lang() != "zh"
-                          else "缓存或允许目录中的文件夹，或已缓存的 Hub 模型名", key="w_model_path", max_chars=1024)
-            st.button("Load" if lang() != "zh" else "加载", key="model_load", on_click=load_model_from_ui)
+        st.caption(tr("sb.runs_on", device=device_label()))
+        with st.expander(tr("sb.other_model"), expanded=False):
+            st.text_input(tr("sb.model_path"), key="w_model_path", max_chars=1024)
+            st.button(tr("sb.load"), key="model_load", on_click=load_model_from_ui)
             msg = ss.pop("model_msg", None)  # shown once, after the Load press
             if msg:
                 (st.error if msg[0] == "error" else st.success)(msg[1])
