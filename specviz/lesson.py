@@ -58,7 +58,7 @@ SPECS: tuple[RoundSpec, ...] = (
     # the main thread of the lesson: EAGLE-3 at the papers' depth 6 / 24 nodes
     RoundSpec("eagle3-greedy", "eagle3", EAGLE3_PAPER, 0.0, 0, PROMPT_CODE, "first-branching", min_accept=3),
     RoundSpec("eagle3-sampled-reject", "eagle3", EAGLE3_PAPER, 0.8, 0, PROMPT_STORY, "rejection-residual"),
-    RoundSpec("eagle3-sampled-bonus", "eagle3", EAGLE3_PAPER, 0.8, 0, PROMPT_STORY, "bonus"),
+    RoundSpec("eagle3-sampled-bonus", "eagle3", EAGLE3_PAPER, 0.8, 0, PROMPT_STORY, "bonus", max_rounds=6),
     # EAGLE-1 vs 2 vs 3 on one prompt: static 25-node tree, dynamic depth 5 / 24, dynamic depth 6 / 24
     RoundSpec("eagle1-greedy", "eagle1", EAGLE1_PAPER, 0.0, 0, PROMPT_CODE, "first-branching", min_accept=3),
     RoundSpec("eagle2-greedy", "eagle2", EAGLE2_PAPER, 0.0, 0, PROMPT_CODE, "first-branching", min_accept=3),

@@ -258,6 +258,9 @@ elif sid == "s9":
     st.markdown(tr("lesson.s9.body", n=ll["new_tokens"], same=tr("lesson.s9.same" if ll["identical"] else "lesson.s9.differ"),
                    r=ll["eagle3_rounds"]))
     st.code(ll["text"], language=None)
+    van, got = ll["vanilla"], list(trace.committed)
+    at_ = next((i for i in range(len(van) - len(got) + 1) if van[i:i + len(got)] == got), None)
+    st.markdown(tr("lesson.s9.round_same", a=at_ + 1, b=at_ + len(got)) if at_ is not None else tr("lesson.s9.round_beyond"))
     tree_chart(trace, f"l_tree9{sfx}")
     provenance(rec)
 
