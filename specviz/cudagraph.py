@@ -1,4 +1,4 @@
-"""CUDA graphs for the target's short passes: decoding and tree verification without launch overhead.
+"""CUDA graphs for short passes: decoding, tree verification and EAGLE drafting without launch overhead.
 
 On a GPU a 135M model's pass is a few hundred small kernels; launching them from Python costs
 more than running them (13-22 ms per pass whatever its size, measured on an H200). A CUDA graph
@@ -14,10 +14,14 @@ shapes and fixed addresses, so (as in gpt-fast) a graphed pass:
 - runs over a cache from the model's pool (`TargetModel.new_cache` on CUDA), so the next prompt
   replays the last one's graphs; other caches (a `clone()`, batches) run eagerly.
 
-The pass itself (`static_pass`) is plain torch and runs on any device: the tests check on a CPU
-that a padded pass gives the unpadded eager pass's logits, taps and cache entries. Only
-`GraphRunner` (capture and replay) needs CUDA; the CPU path never builds one.
-Switch graphs off with SPECVIZ_CUDA_GRAPHS=0.
+An EAGLE head's drafting pass is graphed the same way over its own cache (`head_forward`; the
+mask over the whole head cache is built on the host, and the graphs go when the cache grows).
+
+The passes themselves (`static_pass`, `static_head_pass`) are plain torch and run on any device:
+the tests check on a CPU that a padded pass gives the unpadded eager pass's logits, taps and
+cache entries, and run the engine through the same glue uncaptured (`capture=False`). Only the
+capture needs CUDA; the CPU path never uses any of this. Switch graphs off with
+SPECVIZ_CUDA_GRAPHS=0.
 """
 
 from __future__ import annotations
