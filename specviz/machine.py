@@ -47,26 +47,37 @@ def sync(model):
 
 
 @torch.no_grad()
-def forward_curve(model, sizes=(1, 4, 16, 64), context: int = 300, repeats: int = 5) -> dict[int, float]:
-    """Median seconds of one target pass over n new tokens after `context` cached tokens."""
+def pass_times(model, sizes=(1, 4, 16, 64), context: int = 300, repeats: int = 5, batch: int = 1, blocks: bool = True,
+               progress=None) -> dict[int, list[float]]:
+    """Seconds of each timed target pass over `batch` x n new tokens after `context` cached tokens
+    (one warm-up pass per size first, not returned). `blocks=False`: dense weights; `progress(f)`
+    gets the fraction done."""
     g = torch.Generator().manual_seed(0)
-    ctx = torch.randint(100, 20000, (1, context), generator=g)
-    cache = model.new_cache(context + max(sizes) + 1)
+    ctx = torch.randint(100, 20000, (batch, context), generator=g)
+    cache = model.new_cache(context + max(sizes) + 1, batch=batch)
     model(ctx, cache)
     cache.commit()
-    out = {}
+    out, done, total = {}, 0, len(sizes) * (repeats + 1)
     for n in sizes:
-        toks = torch.randint(100, 20000, (1, n), generator=g)
+        toks = torch.randint(100, 20000, (batch, n), generator=g)
         times = []
         for _ in range(repeats + 1):
             sync(model)
             t0 = time.perf_counter()
-            model(toks, cache)
+            model(toks, cache, blocks=blocks)
             sync(model)
             times.append(time.perf_counter() - t0)
             cache.truncate(context)
-        out[n] = statistics.median(times[1:])
+            done += 1
+            if progress:
+                progress(done / total)
+        out[n] = times[1:]
     return out
+
+
+def forward_curve(model, sizes=(1, 4, 16, 64), context: int = 300, repeats: int = 5) -> dict[int, float]:
+    """Median seconds of one target pass over n new tokens after `context` cached tokens."""
+    return {n: statistics.median(ts) for n, ts in pass_times(model, sizes, context, repeats).items()}
 
 
 def interpolate(curve: dict, n: float) -> float:
