@@ -167,20 +167,27 @@ def trace_json(client: Client, snap: dict) -> bytes | None:
     return None
 
 
-def drive(client: Client, plan: Plan, rounds: int, barrier: threading.Barrier, out: Outcome) -> None:
+# each page's presses: (action, widget key); only Decode's rounds are checked against solo runs
+PAGES = {
+    "decode": lambda rounds: [("start", "dec_start")] + [("next", "dec_next")] * rounds + [("replay", "dec_replay_btn")],
+    "lesson": lambda rounds: [("next", "lesson_next")] * rounds,  # recorded rounds: no engine work at all
+    "compare": lambda rounds: [("run", "cmp_run")] * rounds,  # every method on the prompt, one after the other
+}
+
+
+def drive(client: Client, plan: Plan, rounds: int, barrier: threading.Barrier, out: Outcome, page: str = "decode") -> None:
     try:
-        snap = client.call({"page": "decode", "query_params": plan.query()})
+        snap = client.call({"page": page, "query_params": plan.query()})
         out.errors += page_errors(snap)
         barrier.wait(timeout=client.timeout)
-        steps = [("start", "dec_start")] + [("next", "dec_next")] * rounds + [("replay", "dec_replay_btn")]
-        for action, key in steps:
+        for action, key in PAGES[page](rounds):
             t0 = time.perf_counter()
             snap = client.call({"trigger": {"key": key}})
             out.latencies.append((action, time.perf_counter() - t0))
             if snap.get("status") == "error":
                 out.errors.append(f"{action}: status {snap.get('status')}")
             out.errors += [f"{action}: {e}" for e in page_errors(snap)]
-            if action != "start":
+            if page == "decode" and action != "start":
                 tj = trace_json(client, snap)
                 if tj is None:
                     out.errors.append(f"{action}: no round trace on the page")
@@ -208,8 +215,29 @@ def cpu_seconds(pid: int | None) -> float | None:
         return None
 
 
+def compare_with_solo(outcomes: list, rounds: int, target=None) -> list[str]:
+    """Each error-free session's traces against a solo run of the same plan in this process."""
+    if target is None:
+        target = load_target(None)
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(server_threads())  # float sums depend on the thread count: match the server's
+    try:
+        refs = {o.plan.index: solo_traces(o.plan, rounds, target) for o in outcomes if not o.errors}
+    finally:
+        torch.set_num_threads(old_threads)
+    mismatches = []
+    for o in outcomes:
+        if o.errors:
+            continue
+        ref = refs[o.plan.index]
+        if o.traces != ref:
+            first = next((i for i, (a, b) in enumerate(zip(o.traces, ref)) if a != b), min(len(o.traces), len(ref)))
+            mismatches.append(f"session {o.plan.index} (seed {o.plan.seed}): trace {first + 1} of {len(ref)} differs from the solo run")
+    return mismatches
+
+
 def run(base: str, sessions: int, rounds: int, timeout: float, method: str = "pld", max_new: int = 32, target=None,
-        server_pid: int | None = None) -> dict:
+        server_pid: int | None = None, page: str = "decode") -> dict:
     host = urllib.parse.urlparse(base).hostname
     if host not in LOOPBACK:
         raise SystemExit(f"the load test only talks to loopback, not {host!r}")
@@ -219,11 +247,11 @@ def run(base: str, sessions: int, rounds: int, timeout: float, method: str = "pl
     # warm-up: the first session loads the model into the server's shared cache
     warm = Client(base, timeout)
     t0 = time.perf_counter()
-    warm.call({"page": "decode"})
+    warm.call({"page": page})
     warm_s = time.perf_counter() - t0
     outcomes = [Outcome(p) for p in plans]
     barrier = threading.Barrier(sessions)
-    threads = [threading.Thread(target=drive, args=(Client(base, timeout), p, rounds, barrier, o), daemon=True)
+    threads = [threading.Thread(target=drive, args=(Client(base, timeout), p, rounds, barrier, o, page), daemon=True)
                for p, o in zip(plans, outcomes)]
     t0, cpu0 = time.perf_counter(), cpu_seconds(server_pid)
     for th in threads:
@@ -233,22 +261,10 @@ def run(base: str, sessions: int, rounds: int, timeout: float, method: str = "pl
     wall, cpu1 = time.perf_counter() - t0, cpu_seconds(server_pid)
     stuck = [o.plan.index for o, th in zip(outcomes, threads) if th.is_alive()]
 
-    if target is None:
-        target = load_target(None)
     mismatches = []
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(server_threads())  # float sums depend on the thread count: match the server's
-    try:
-        refs = {o.plan.index: solo_traces(o.plan, rounds, target) for o in outcomes if not o.errors}
-    finally:
-        torch.set_num_threads(old_threads)
-    for o in outcomes:
-        if o.errors:
-            continue
-        ref = refs[o.plan.index]
-        if o.traces != ref:
-            first = next((i for i, (a, b) in enumerate(zip(o.traces, ref)) if a != b), min(len(o.traces), len(ref)))
-            mismatches.append(f"session {o.plan.index} (seed {o.plan.seed}): trace {first + 1} of {len(ref)} differs from the solo run")
+    if page == "decode":  # the other pages show recorded or whole-run results: nothing stepped to compare
+        mismatches = compare_with_solo(outcomes, rounds, target)
+
     lat = sorted(s for o in outcomes for _, s in o.latencies)
     nxt = sorted(s for o in outcomes for a, s in o.latencies if a == "next")
     engine = [s for o in outcomes for s in o.engine_s]
@@ -257,7 +273,7 @@ def run(base: str, sessions: int, rounds: int, timeout: float, method: str = "pl
         return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else float("nan")
 
     return {
-        "sessions": sessions, "rounds": rounds, "method": method, "wall_s": wall, "warmup_s": warm_s,
+        "sessions": sessions, "rounds": rounds, "method": method, "page": page, "wall_s": wall, "warmup_s": warm_s,
         "steps": len(lat), "p50_s": pct(lat, 0.5), "p95_s": pct(lat, 0.95), "next_p50_s": pct(nxt, 0.5), "next_p95_s": pct(nxt, 0.95),
         "max_s": lat[-1] if lat else float("nan"),
         "cpu_per_step_s": (cpu1 - cpu0) / len(lat) if lat and cpu0 is not None and cpu1 is not None else None,
@@ -268,13 +284,24 @@ def run(base: str, sessions: int, rounds: int, timeout: float, method: str = "pl
     }
 
 
+def _counts(steps):
+    out = []
+    for action, _ in steps:
+        if out and out[-1][0] == action:
+            out[-1][1] += 1
+        else:
+            out.append([action, 1])
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3, help="Next-round presses per session before the replay")
     ap.add_argument("--method", default="pld", choices=METHODS, help="the decoding method every session uses")
-    ap.add_argument("--page", default="decode", choices=["decode"],
-                    help="the page the sessions step through (decode: Start, Next round xN, Replay)")
+    ap.add_argument("--page", default="decode", choices=list(PAGES),
+                    help="decode: Start, Next round xN, Replay (each round checked against a solo run); "
+                         "lesson: Next step xN (recorded rounds); compare: Run xN")
     ap.add_argument("--max-new", type=int, default=32)
     ap.add_argument("--timeout", type=float, default=300, help="seconds per request")
     ap.add_argument("--url", help="an already running server on loopback, started with --server.enableAgentApi true")
@@ -282,16 +309,17 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     logging.getLogger("streamlit").setLevel(logging.ERROR)
     if a.url:
-        res = run(a.url, a.sessions, a.rounds, a.timeout, a.method, a.max_new)
+        res = run(a.url, a.sessions, a.rounds, a.timeout, a.method, a.max_new, page=a.page)
     else:
         extra = ["--server.enableAgentApi", "true", "--server.agentWaitTimeout", str(int(a.timeout)),
                  "--server.agentMaxSessions", str(max(100, 2 * a.sessions + 2))]
         with streamlit_process(extra) as (url, proc):
-            res = run(url, a.sessions, a.rounds, a.timeout, a.method, a.max_new, server_pid=proc.pid)
+            res = run(url, a.sessions, a.rounds, a.timeout, a.method, a.max_new, server_pid=proc.pid, page=a.page)
     if a.json:
         print(json.dumps(res, indent=2))
     else:
-        print(f"{res['sessions']} sessions x (start, next x{res['rounds']}, replay), method {res['method']}: "
+        presses = ", ".join(f"{a} x{n}" if n > 1 else a for a, n in _counts(PAGES[res["page"]](res["rounds"])))
+        print(f"{res['sessions']} sessions on {res['page']} x ({presses}), method {res['method']}: "
               f"{res['steps']} steps in {res['wall_s']:.1f} s (model warm-up {res['warmup_s']:.1f} s)")
         print(f"step latency p50 {1000 * res['p50_s']:.0f} ms, p95 {1000 * res['p95_s']:.0f} ms, max {1000 * res['max_s']:.0f} ms "
               f"(next-round only: p50 {1000 * res['next_p50_s']:.0f} ms, p95 {1000 * res['next_p95_s']:.0f} ms)")
@@ -300,7 +328,8 @@ def main(argv=None) -> int:
               f"engine time per round {'n/a' if eng is None else f'{1000 * eng:.0f} ms'} (from the traces)")
         for line in res["errors"] + res["mismatches"] + [f"session {i} did not finish" for i in res["stuck"]]:
             print("FAIL", line)
-        print("OK: every session matched its solo run byte for byte" if res["ok"] else "FAILED")
+        print(("OK: every session matched its solo run byte for byte" if res["page"] == "decode" else "OK: no errors")
+              if res["ok"] else "FAILED")
     return 0 if res["ok"] else 1
 
 
