@@ -221,7 +221,7 @@ S: dict[str, tuple[str, str]] = {
     "bench.round_time": ("Where a round's time goes", "每轮时间花在哪里"),
     "stats.frequency": ("frequency", "频率"),
     # ---- compare page
-    "cmp.title": ("Compare methods on the same prompt", "同一提示词下比较各方法"),
+    "cmp.title": ("Compare EAGLE-1/2/3 and Medusa: acceptance apart from speed", "比较 EAGLE-1/2/3 与 Medusa：接受情况与速度分开看"),
     "cmp.intro": (
         "Two questions, kept apart. **Acceptance**: how many tokens does a round keep, at the same tree size? That depends on the drafter, not on the machine, and was measured when the heads were calibrated. **Speed**: what does a round cost on this machine? The what-if combines the two for this machine and, once measured, a GPU.",
         "两个问题分开来看。**接受**：在相同大小的树下，每轮能保留多少 token？这取决于草稿器而不是机器，已在校准草稿头时测得。**速度**：在这台机器上每轮要花多少时间？硬件假设推演把两者结合起来，用于本机，以及（测得之后的）GPU。",
@@ -690,8 +690,8 @@ S.update({
 # ---- the guided lesson (views/lesson.py): ten steps over recorded real rounds
 S.update({
     "lesson.title": ("Lesson: speculative decoding in ten steps", "课程：十步看懂推测解码（也称投机解码）"),
-    "lesson.intro": ("Every round below is a real round of the SpecViz engine on SmolLM2-135M with the shipped draft heads, recorded at the papers' tree sizes so nothing waits on this CPU. A test replays each recording live and gets the identical round; the button at each step runs it live here too.",
-                     "下面每一轮都是 SpecViz 引擎在 SmolLM2-135M 和随附草稿头上真实运行的一轮，按论文中的树大小录制，因此不必等待这台 CPU。测试会实时重放每段录制并得到完全相同的一轮；每一步的按钮也可以在这里实时运行它。"),
+    "lesson.intro": ("Every round below is a real round of the SpecViz engine on SmolLM2-135M with the shipped draft heads, recorded at the papers' tree sizes so nothing waits on this CPU. A test replays each recording live and gets the identical round; the button at each step runs it live here too. Each step names its own settings: the sidebar's do not apply on this page.",
+                     "下面每一轮都是 SpecViz 引擎在 SmolLM2-135M 和随附草稿头上真实运行的一轮，按论文中的树大小录制，因此不必等待这台 CPU。测试会实时重放每段录制并得到完全相同的一轮；每一步的按钮也可以在这里实时运行它。每一步都注明了自己的设置：侧边栏的设置不作用于本页。"),
     "lesson.step_of": ("Step {i} of {n}", "第 {i} 步，共 {n} 步"),
     "lesson.prev": ("Previous", "上一步"),
     "lesson.next": ("Next", "下一步"),

@@ -216,11 +216,19 @@ def test_lossless(server, browser):
 
 def test_compare(server, browser):
     open_page(browser, f"{server}/compare?max_new=32&prompt=Summarise%3A+The+cat+sat+on+the+mat.+The+cat+was+happy+on+the+mat+because+the+mat+was+warm.")
+    assert browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")  # acceptance at equal trees: shipped, no run
+    shot(browser, "compare")
+    for label, name in (("EAGLE-1 vs 2 vs 3", "compare_diff"), ("Speed on this machine", None)):
+        tabs = [t for t in browser.find_elements(By.CSS_SELECTOR, '[data-baseweb="tab"]') if t.text.strip() == label]
+        assert tabs, label
+        tabs[0].click()
+        time.sleep(1)
+        if name:
+            shot(browser, name)
     click_button(browser, "Run comparison")
     idle(browser, timeout=400)
     no_errors(browser)
-    assert browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
-    shot(browser, "compare")
+    shot(browser, "compare_speed")
 
 
 def test_language_switch_in_browser(server, browser):

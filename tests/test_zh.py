@@ -116,11 +116,20 @@ def test_detector_words():
     assert english_words("tokens/s") == ["tokens"]
 
 
+# English still written inline by modules outside the pages, with the i18n key that replaces it;
+# a page whose only English is one of these xfails (visibly) instead of failing, until it is switched
+PENDING: dict = {}  # e.g. {re.compile(r"cpu \(\d+ threads\)"): "specviz/app/model.py device_label(): tr('c.device_cpu')"}
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_page_has_no_english_in_zh(page):
     at = open_zh(page)
     left = english_left(at)
-    assert not left, f"{page}: English UI text in zh mode: {left}"
+    pending = {why for _, text, _ in left for pat, why in PENDING.items() if pat.search(text)}
+    other = [x for x in left if not any(pat.search(x[1]) for pat in PENDING)]
+    assert not other, f"{page}: English UI text in zh mode: {other}"
+    if pending:
+        pytest.xfail(f"{page}: only English still written inline elsewhere: {sorted(pending)}")
 
 
 def test_detector_catches_english(monkeypatch):
