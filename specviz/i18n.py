@@ -221,7 +221,7 @@ S: dict[str, tuple[str, str]] = {
     "bench.round_time": ("Where a round's time goes", "每轮时间花在哪里"),
     "stats.frequency": ("frequency", "频率"),
     # ---- compare page
-    "cmp.title": ("Compare EAGLE-1/2/3 and Medusa: acceptance apart from speed", "比较 EAGLE-1/2/3 与 Medusa：接受情况与速度分开看"),
+    "cmp.title": ("Compare methods on the same prompt", "同一提示词下比较各方法"),
     "cmp.intro": (
         "Two questions, kept apart. **Acceptance**: how many tokens does a round keep, at the same tree size? That depends on the drafter, not on the machine, and was measured when the heads were calibrated. **Speed**: what does a round cost on this machine? The what-if combines the two for this machine and, once measured, a GPU.",
         "两个问题分开来看。**接受**：在相同大小的树下，每轮能保留多少 token？这取决于草稿器而不是机器，已在校准草稿头时测得。**速度**：在这台机器上每轮要花多少时间？硬件假设推演把两者结合起来，用于本机，以及（测得之后的）GPU。",
