@@ -644,6 +644,7 @@ S.update({
                         "起草阶段：“{parent}”之后“{tok}”的 q（q = {q}）；目标模型还没有运行，所以还没有 p"),
     "pq.q_only_root": ("Draft stage: the draft's q for the children of the root “{tok}”; the target has not run yet, so there is no p",
                        "起草阶段：根“{tok}”的子节点的草稿 q；目标模型还没有运行，所以还没有 p"),
+    "round.col_step": ("walk step", "检验顺序"),
     "round.col_node": ("node", "节点"),
     "round.col_parent": ("parent", "父节点"),
     "round.col_q": ("q (draft)", "q（草稿）"),

@@ -324,7 +324,9 @@ def test_round_table_is_stage_correct_and_never_none(lang):
     assert len(acc) == len(tr.nodes) - 1
     for df in (draft, verify, acc):
         assert not any(c in ("None", "nan") for c in _cells(df))
-    row = acc.iloc[2]  # node 3: tried, rejected: a = min(1, 0.3 / 0.7)
+    assert list(acc[t("round.col_node", lang)]) == ["#1", "#3", "#2", "#4"]  # the walk first, in its order
+    assert list(acc[t("round.col_step", lang)]) == ["1", "2", R.DASH, R.DASH]
+    row = acc.iloc[1]  # node 3: tried second, rejected: a = min(1, 0.3 / 0.7)
     assert row[t("round.col_accept", lang)] == "0.429" and row["u"] == "0.770"
     assert acc.iloc[3]["u"] == R.DASH  # node 4 was never tried
 
@@ -332,7 +334,7 @@ def test_round_table_is_stage_correct_and_never_none(lang):
 def test_round_table_one_hot_rule_uses_p_residual_not_draft_q():
     tr = onehot_trace()
     acc = R.round_table(tr, "en", "accept")
-    row = acc.iloc[2]
+    row = acc.iloc[1]  # node 3
     assert row[t("round.col_q_rule")] == t("round.onehot")
     assert row[t("round.col_accept")] == "0.300"  # p_res(x), not p/q_draft = 0.429
     assert row[t("round.col_q")] == "0.700"  # the draft's q still shown, as the draft's

@@ -49,14 +49,19 @@ def accept_probability(trace: RoundTrace, step) -> float:
 
 def round_table(trace: RoundTrace, lang: str = "en", stage: str = "accept") -> pd.DataFrame:
     """One row per drafted node: id, parent, depth, token, the draft's q; from the verify stage
-    the target's p; at the accept stage what the rule used (q of the rule, acceptance
-    probability, u) and the outcome. All cells are strings."""
+    the target's p; at the accept stage the walk order (tried nodes first), what the rule used
+    (q of the rule, acceptance probability, u) and the outcome. All cells are strings."""
     steps = {s.node: s for s in trace.steps}
+    order = {s.node: i for i, s in enumerate(trace.steps)}
     greedy = trace.rule == "greedy"
     onehot = not greedy and not uses_draft_q(trace)
     rows = []
-    for n in trace.nodes[1:]:
-        row = {
+    nodes = trace.nodes[1:]
+    if stage == "accept":  # the walk first, in the order the rule tried the nodes
+        nodes = sorted(nodes, key=lambda n: (order.get(n.id, len(order)), n.id))
+    for n in nodes:
+        row = {} if stage != "accept" else {t("round.col_step", lang): str(order[n.id] + 1) if n.id in order else DASH}
+        row |= {
             t("round.col_node", lang): f"#{n.id}",
             t("round.col_parent", lang): f"#{n.parent}",
             t("tree.depth", lang): str(n.depth),
