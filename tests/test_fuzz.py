@@ -13,7 +13,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from specviz import SpecVizError
-from specviz.appstate import DEFAULTS, MAX_PROMPT_CHARS, _PARSERS, check_prompt, clean_prompt, parse_param, prompt_ids, round_param
+from specviz.app.prompts import MAX_PROMPT_CHARS, check_prompt, clean_prompt, prompt_ids
+from specviz.app.sidebar import _PARSERS, parse_param, round_param
+from specviz.app.state import DEFAULTS
 from specviz.sampling import SamplingParams, probs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,7 +166,7 @@ def test_app_with_malformed_and_out_of_range_query_params():
     ss = at.session_state
     assert ss["temperature"] == DEFAULTS["temperature"] and ss["top_k"] == 0 and ss["top_p"] == DEFAULTS["top_p"]
     assert ss["seed"] == DEFAULTS["seed"] and ss["max_new"] == 512 and ss["lang"] == "en" and ss["dtype"] == "fp32"
-    assert ss["method"] in ("pld", "vanilla") and ss["depth"] == DEFAULTS["depth"]
+    assert ss["method"] == DEFAULTS["method"] and ss["depth"] == DEFAULTS["depth"]  # malformed: the default
     assert len(ss["prompt_text"]) == MAX_PROMPT_CHARS and not ss["prompt_text"].startswith("\x00")
     at.switch_page("views/decode.py").run()
     assert not at.exception, [e.value for e in at.exception]

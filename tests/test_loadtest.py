@@ -170,7 +170,7 @@ def test_shared_model_untouched_by_concurrent_decoders(target):
 
 
 def test_waiting_notice_text():
-    from specviz.appstate import _show_wait
+    from specviz.app.gate import _show_wait
 
     class Slot:
         def info(self, msg, icon=None):

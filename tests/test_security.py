@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from specviz import SpecVizError, loading
-from specviz.appstate import prompt_ids
+from specviz.app.prompts import prompt_ids
 from specviz.settings import allowed_dirs, check_ui_model_spec, is_allowed
 from specviz.target import load_target
 

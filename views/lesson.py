@@ -11,13 +11,10 @@ import streamlit as st
 from specviz import SpecVizError
 from specviz import lesson as LS
 from specviz.i18n import t
-try:
-    from specviz.app.gate import heavy_work
-    from specviz.app.model import get_target
-    from specviz.app.sidebar import page_setup
-    from specviz.app.state import lang, tr
-except ImportError:  # before the app package split
-    from specviz.appstate import get_target, heavy_work, lang, page_setup, tr
+from specviz.app.gate import heavy_work
+from specviz.app.model import get_target
+from specviz.app.sidebar import page_setup
+from specviz.app.state import lang, tr
 from specviz.viz import EXTRA_ID, ancestors, node_pq_figure, show_token, tree_figure
 from specviz.viz.lesson import bottleneck_figure, pass_ratio, predicted_rows
 from specviz.viz.mask import attention_figure

@@ -1,16 +1,13 @@
-"""The prompt: example prompts, cleaning and limits, safe chat encoding, and the prompt box
-every page shares (one value per browser session, carried in the URL as ?prompt=)."""
+"""The prompt: example prompts, limits, its token ids, and the prompt box every page shares
+(one value per browser session, carried in the URL as ?prompt=)."""
 
 from __future__ import annotations
 
-import threading
-import unicodedata
-
 import streamlit as st
-from tokenizers import Tokenizer
 
 from .. import SpecVizError
 from ..examples import EXAMPLE_PROMPTS
+from ..tokenizer import clean_prompt
 from .state import tr
 
 EXAMPLES = [
@@ -25,13 +22,6 @@ EXAMPLES += [p for p in EXAMPLE_PROMPTS if p not in EXAMPLES][:20]  # the projec
 MAX_PROMPT_CHARS = 4000  # the text area's limit; a deep link (?prompt=) must not bypass it
 
 
-def clean_prompt(prompt) -> str:
-    """What the user typed, made safe to tokenise: line ends normalised, control characters
-    other than tab and newline dropped (RTL text, emoji and every other character are kept)."""
-    text = str(prompt).replace("\r\n", "\n").replace("\r", "\n")
-    return "".join(c for c in text if c in "\t\n" or unicodedata.category(c) != "Cc")
-
-
 def check_prompt(prompt: str | None) -> str:
     if prompt is None or not clean_prompt(prompt).strip():
         raise SpecVizError(tr("c.empty_prompt"))
@@ -41,47 +31,10 @@ def check_prompt(prompt: str | None) -> str:
     return text
 
 
-# ---------------------------------------------------------------------- safe chat encoding
-_USER_SLOT = "\ue000specviz-user\ue000"  # private-use sentinel, never typed by a user
-_PLAIN_TOK: dict = {}
-_PLAIN_LOCK = threading.Lock()
-
-
-def _plain_encoder(tok):
-    """A private copy of the tokenizer that reads special-token text (`<|im_start|>`) as
-    ordinary characters. A copy, because the shared tokenizer must stay read-only."""
-    key = id(tok)
-    with _PLAIN_LOCK:
-        enc = _PLAIN_TOK.get(key)
-        if enc is None or enc[0] is not tok:
-            plain = Tokenizer.from_str(tok._tok.to_str())
-            plain.encode_special_tokens = True
-            enc = _PLAIN_TOK[key] = (tok, plain)
-        return enc[1]
-
-
-def _has_marker(tok, text: str) -> bool:
-    added = getattr(tok, "_added_texts", None)
-    if added is None:
-        added = [t.content for t in tok._tok.get_added_tokens_decoder().values() if t.content]
-    return any(a in text for a in added)
-
-
 def prompt_ids(target, prompt: str) -> list[int]:
-    """Token ids of the one-turn chat for `prompt`, where the user's text is always ordinary
-    text: chat-template markers such as `<|im_start|>` typed by a user are encoded character by
-    character, never as the special tokens that delimit turns. Prompts without such markers get
-    exactly `tokenizer.chat_ids(prompt)`."""
-    tok = target.tokenizer
-    prompt = check_prompt(prompt)
-    if not hasattr(tok, "_tok") or not _has_marker(tok, prompt):
-        return tok.chat_ids(prompt)
-    rendered = tok.render_chat([{"role": "user", "content": _USER_SLOT}])
-    if rendered.count(_USER_SLOT) != 1:
-        raise SpecVizError("This model's chat template cannot take text that contains its own markers (such as <|im_start|>): remove them from the prompt.")
-    pre, post = rendered.split(_USER_SLOT)
-    plain = _plain_encoder(tok)
-    return tok.encode(pre) + plain.encode(prompt, add_special_tokens=False).ids + tok.encode(post)
+    """Token ids of the one-turn chat for `prompt`, checked (empty, too long) and encoded by the
+    tokenizer's one safe path: chat markers typed by a user stay ordinary text."""
+    return target.tokenizer.safe_chat_ids(check_prompt(prompt))
 
 
 # ---------------------------------------------------------------------- the prompt box
