@@ -156,8 +156,10 @@ class EngineProposer:
             taps = {k: v[0] for k, v in out.taps.items()}
         self.drafter.reset(list(context), taps)
 
-    def _propose(self, g: tuple, params, generator) -> DraftTree:
+    def _propose(self, g: tuple, params, generator, max_depth: int | None) -> DraftTree:
         seq = self.oracle.prompt + list(g)
+        if self.stateful and max_depth is not None and max_depth <= 0:
+            return DraftTree(tokens=[seq[-1]], parents=[-1], q=[1.0])  # nothing may be drafted: skip the prefill
         if not self.stateful:
             return self.drafter.propose(seq[:-1], seq[-1], params, generator)
         if self._ready != g:
@@ -176,7 +178,7 @@ class EngineProposer:
             g = tuple(prefixes[i])
             tree = self._trees.get((g, max_depth))
             if tree is None:
-                tree = self._propose(g, params, generator)
+                tree = self._propose(g, params, generator, max_depth)
                 if max_depth is not None:
                     tree = tree.prune(max_depth)
                 if not tree.sampled:
