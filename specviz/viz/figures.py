@@ -325,6 +325,7 @@ def pq_bars_figure(p_top, q_top, lang: str = "en", highlight=(), title: str = ""
         title=dict(text=title, font=dict(size=13), x=0, xanchor="left", y=0.97, yanchor="top") if title else None,
         yaxis=dict(title=t("pq.prob", lang), rangemode="tozero"),
         legend=dict(orientation="h", yanchor="top", y=-0.25, x=0),
+        showlegend=True,  # also with one series (q only in the draft stage): say what the bars are
     )
     return fig
 
