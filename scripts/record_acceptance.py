@@ -43,10 +43,11 @@ def drafter_options(method: str) -> dict:
 def record(target, method: str, prompts: list[str], max_new: int) -> dict:
     rounds = []
     for prompt in prompts:
-        dec = SpeculativeDecoder(target, make_drafter(method, target, **drafter_options(method)), seed=0)
+        dec = SpeculativeDecoder(target, make_drafter(method, target, **drafter_options(method)), seed=0, detail=False)
         res = dec.generate(prompt, max_new)
         for tr in res.traces:
             rounds.append([len(tr.accepted_nodes), max((n.depth for n in tr.nodes), default=0), len(tr.nodes)])
+        print(f"  {method}: {len(rounds)} rounds so far", file=sys.stderr, flush=True)
     tokens = sum(a + 1 for a, _, _ in rounds)
     return {"rounds": rounds, "tau": round(tokens / len(rounds), 4), "tree_nodes": max(n for _, _, n in rounds),
             "options": drafter_options(method)}
@@ -57,20 +58,27 @@ def main(argv=None) -> int:
     ap.add_argument("--methods", default="eagle1,eagle2,eagle3,medusa")
     ap.add_argument("--limit", type=int, default=12)
     ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--out", default=str(OUT), help="JSON to write; methods already in it are kept (so methods "
+                    "can be recorded by separate processes one after another)")
     args = ap.parse_args(argv)
     target = load_target(dtype=torch.float32)
     prompts = EXAMPLE_PROMPTS[: args.limit]
     out = {"what": "greedy fp32 decoding, every method at the size of EAGLE-1's paper tree",
            "model": target.model.name, "prompts": len(prompts), "prompt_source": "specviz.examples.EXAMPLE_PROMPTS",
            "max_new_tokens": args.max_new_tokens, "paper_nodes": PAPER_NODES, "date": dt.date.today().isoformat(),
-           "command": "python scripts/record_acceptance.py", "methods": {}}
+           "command": f"python scripts/record_acceptance.py --limit {args.limit} --max-new-tokens {args.max_new_tokens}",
+           "methods": {}}
     for m in args.methods.split(","):
         out["methods"][m] = record(target, m, prompts, args.max_new_tokens)
         print(f"{m}: tau {out['methods'][m]['tau']:.3f} over {len(out['methods'][m]['rounds'])} rounds, "
               f"{out['methods'][m]['tree_nodes']} nodes", flush=True)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(out, separators=(",", ":")))
-    print(f"wrote {OUT}")
+    path = Path(args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    if old.get("command") == out["command"]:  # same conditions: keep the methods recorded before
+        out["methods"] = {**old.get("methods", {}), **out["methods"]}
+    path.write_text(json.dumps(out, separators=(",", ":")))
+    print(f"wrote {path}")
     return 0
 
 

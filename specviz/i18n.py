@@ -221,7 +221,7 @@ S: dict[str, tuple[str, str]] = {
     "bench.round_time": ("Where a round's time goes", "每轮时间花在哪里"),
     "stats.frequency": ("frequency", "频率"),
     # ---- compare page
-    "cmp.title": ("Compare methods on the same prompt", "同一提示词下比较各方法"),
+    "cmp.title": ("Compare EAGLE-1/2/3 and Medusa: acceptance apart from speed", "比较 EAGLE-1/2/3 与 Medusa：接受情况与速度分开看"),
     "cmp.intro": (
         "Two questions, kept apart. **Acceptance**: how many tokens does a round keep, at the same tree size? That depends on the drafter, not on the machine, and was measured when the heads were calibrated. **Speed**: what does a round cost on this machine? The what-if combines the two for this machine and, once measured, a GPU.",
         "两个问题分开来看。**接受**：在相同大小的树下，每轮能保留多少 token？这取决于草稿器而不是机器，已在校准草稿头时测得。**速度**：在这台机器上每轮要花多少时间？硬件假设推演把两者结合起来，用于本机，以及（测得之后的）GPU。",
@@ -268,8 +268,8 @@ S: dict[str, tuple[str, str]] = {
         "用 `python scripts/record_acceptance.py` 录制：同样的 {prompts} 个提示词，每个生成 {tokens} 个新 token，贪心 fp32，共 {rounds} 轮，录制于 {date}。每轮记录其接受长度和树达到的深度。",
     ),
     "cmpx.rec_tau_note": (
-        "tau of the recorded runs (new tokens / target passes). It can differ slightly from the profile's tau above: the profile averages over every position of the output, a run over the positions where its rounds start.",
-        "录制运行的 tau（新 token 数 / 目标前向次数）。它可能与上面档案中的 tau 略有差异：档案对输出的每个位置取平均，而运行只在每轮开始的位置取平均。",
+        "tau of the recorded runs (new tokens / target passes). It differs from the profile's tau above: this run covers fewer prompts and tokens, and the profile averages over every position of the output while a run averages over the positions where its rounds start. The order of the methods is the same.",
+        "录制运行的 tau（新 token 数 / 目标前向次数）。它与上面档案中的 tau 不同：这次运行覆盖的提示词和 token 更少，而且档案对输出的每个位置取平均，而运行只在每轮开始的位置取平均。各方法的先后顺序相同。",
     ),
     "cmpx.no_recording": ("The equal-tree recording (assets/acceptance/equal_trees.json) is not in this build: run `python scripts/record_acceptance.py`.", "此版本没有相同大小树的录制（assets/acceptance/equal_trees.json）：请运行 `python scripts/record_acceptance.py`。"),
     "cmpx.speed_intro": (
@@ -336,7 +336,8 @@ S: dict[str, tuple[str, str]] = {
         "服务场景（EAGLE-3 论文表 3）：批大小 2 时 1.81 倍，批大小 64 时 1.38 倍。",
     ),
     "cmpx.ours_title": ("Ours: SmolLM2-135M-Instruct with the shipped heads", "我们的结果：SmolLM2-135M-Instruct 与附带的草稿头"),
-    "cmpx.col_tau_equal": ("tau at {n} nodes (greedy, built-in prompts)", "{n} 个节点时的 tau（贪心，内置提示词）"),
+    "cmpx.col_tau_equal": ("tau at {n} nodes (acceptance profile)", "{n} 个节点时的 tau（接受率档案）"),
+    "cmpx.col_tau_recorded": ("tau at {n} nodes (engine run)", "{n} 个节点时的 tau（引擎运行）"),
     "cmpx.col_tau_bench": ("tau in the benchmark", "基准测试中的 tau"),
     "cmpx.col_tree_bench": ("benchmark tree (nodes, tuned for this CPU)", "基准测试的树（节点数，按本 CPU 调优）"),
     "cmpx.col_speedup_bench": ("speedup vs vanilla on this CPU", "本 CPU 上相对普通解码的加速比"),
@@ -347,10 +348,10 @@ S: dict[str, tuple[str, str]] = {
     "cmpx.gap_title": ("Why our numbers are far below the papers'", "为什么我们的数字远低于论文"),
     "cmpx.gap": (
         "- **A 135M-parameter target.** The papers draft for 7-70B models. Here one draft step (a decoder layer plus a 49k-word LM head) costs a sizeable fraction of a whole target pass, so drafting is relatively expensive, and a small model's next token is harder to guess from its features.\n"
-        "- **Heads trained on a CPU, briefly.** EAGLE-3: 3,408 regenerated ShareGPT conversations, 110 minutes on 2 cores; EAGLE-1 (also used by EAGLE-2) and Medusa: 672 conversations, 10 and 5 minutes (assets/heads/…/TRAINING.md). The papers train on about 68,000 conversations for GPU-days. Our heads were still improving when training stopped.\n"
+        "- **Heads trained on a CPU, briefly.** EAGLE-3: 3,408 regenerated ShareGPT conversations, 110 minutes on 2 cores; EAGLE-1 (also used by EAGLE-2) and Medusa: 672 conversations, 10 and 5 minutes (assets/heads/…/TRAINING.md). The papers train on GPUs with tens of thousands of conversations (EAGLE-1: about 68,000 ShareGPT dialogues). Our heads were still improving when training stopped.\n"
         "- **Extra tokens are not free on this CPU.** In fp32 a 16-token pass costs several times a 1-token pass here (see the what-if), so the tuned trees are tiny and the speedup is below 1, although at equal trees EAGLE-3 keeps the most tokens per round, as in the papers.",
         "- **目标模型只有 1.35 亿参数。** 论文中的目标模型有 70 亿到 700 亿参数。这里一步起草（一个解码器层加一个 4.9 万词的 LM 头）就占整个目标前向相当大的比例，因此起草相对昂贵；而且小模型的下一个 token 更难从其特征中猜出。\n"
-        "- **草稿头在 CPU 上短时间训练。** EAGLE-3：3,408 条由目标模型重新生成回答的 ShareGPT 对话，在 2 个核心上训练 110 分钟；EAGLE-1（EAGLE-2 也用它）和 Medusa：672 条对话，分别训练 10 分钟和 5 分钟（见 assets/heads/…/TRAINING.md）。论文用约 68,000 条对话在 GPU 上训练数天。我们的草稿头在训练停止时仍在进步。\n"
+        "- **草稿头在 CPU 上短时间训练。** EAGLE-3：3,408 条由目标模型重新生成回答的 ShareGPT 对话，在 2 个核心上训练 110 分钟；EAGLE-1（EAGLE-2 也用它）和 Medusa：672 条对话，分别训练 10 分钟和 5 分钟（见 assets/heads/…/TRAINING.md）。论文在 GPU 上用数万条对话训练（EAGLE-1：约 68,000 条 ShareGPT 对话）。我们的草稿头在训练停止时仍在进步。\n"
         "- **在这台 CPU 上额外 token 并不免费。** 以 fp32 运行时，一次处理 16 个 token 的前向要花单个 token 的好几倍（见硬件假设推演），所以调优后的树非常小，加速比低于 1；尽管如此，在相同大小的树下，EAGLE-3 每轮保留的 token 最多，与论文一致。",
     ),
     "cmpx.run_settings": ("Run settings, machine and date", "运行设置、机器与日期"),

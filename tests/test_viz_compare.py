@@ -77,3 +77,17 @@ def test_relative_cost_figure_and_no_invented_gpu_curve():
     for c in measured.shipped_curves():  # whatever ships must be a measurement with its machine
         assert c["forward"] and c.get("machine") and all(v > 0 for v in c["forward"].values())
     assert not math.isnan(vc.interp_curve({"1": 1.0}, 5))
+
+
+def test_shipped_equal_tree_recording():
+    """The recording behind the Compare page's acceptance view: every method at one tree size,
+    greedy, and EAGLE-3 keeps the most tokens per round there."""
+    rec = measured.equal_tree_recording()
+    assert rec is not None and rec["paper_nodes"] == 26
+    runs = rec["methods"]
+    assert {"eagle1", "eagle2", "eagle3", "medusa"} <= set(runs)
+    for m, r in runs.items():
+        lengths = vc.recorded_lengths(r["rounds"])
+        assert r["tau"] == pytest.approx(sum(lengths) / len(lengths), abs=1e-3), m  # tau = tokens / rounds
+        assert all(n <= 26 for _, _, n in r["rounds"])
+    assert runs["eagle3"]["tau"] > runs["eagle1"]["tau"] > runs["medusa"]["tau"]

@@ -275,7 +275,8 @@ with tab_diff:
         tree = b.get("tree") or {}
         ours.append({
             tr("cmp.col_method"): method_label(m),
-            tr("cmpx.col_tau_equal", n=EQUAL_N): round(rec[m]["tau"], 2) if m in rec else None,
+            tr("cmpx.col_tau_equal", n=EQUAL_N): round(tau_at(curves[m], EQUAL_N), 2) if m in curves else None,
+            tr("cmpx.col_tau_recorded", n=EQUAL_N): round(rec[m]["tau"], 2) if m in rec else None,
             tr("cmpx.col_tau_bench"): round(b["tau"], 2) if isinstance(b.get("tau"), (int, float)) else None,
             tr("cmpx.col_tree_bench"): tree.get("total_tokens"),
             tr("cmpx.col_speedup_bench"): round(b["speedup_vs_vanilla"], 2) if isinstance(b.get("speedup_vs_vanilla"), (int, float)) else None,
