@@ -52,6 +52,17 @@ def _labels(d: dict) -> dict:
     return {method_label(m): v for m, v in d.items()}
 
 
+def _coloured(fig):
+    """One colour per method across every chart of the page."""
+    by_label = {method_label(m): c for m, c in METHOD_COLORS.items()}
+    for trace in fig.data:
+        if trace.name in by_label:
+            trace.marker.color = by_label[trace.name]
+            if getattr(trace, "line", None) is not None:
+                trace.line.color = by_label[trace.name]
+    return fig
+
+
 # ---------------------------------------------------------------------- acceptance at equal trees
 with tab_acc:
     st.markdown(tr("cmpx.acc_intro", n=EQUAL_N))
@@ -78,11 +89,11 @@ with tab_acc:
         c = st.columns(2)
         with c[0]:
             st.markdown(f"**{tr('cmp.hist')}**")
-            st.plotly_chart(accept_length_hist(_labels({m: recorded_lengths(r["rounds"]) for m, r in rec.items()}), L),
+            st.plotly_chart(_coloured(accept_length_hist(_labels({m: recorded_lengths(r["rounds"]) for m, r in rec.items()}), L)),
                             key="cmp_rec_hist", config={"displaylogo": False})
         with c[1]:
             st.markdown(f"**{tr('cmp.depth')}**")
-            st.plotly_chart(depth_acceptance_figure(_labels({m: recorded_depth_rates(r["rounds"]) for m, r in rec.items()}), L),
+            st.plotly_chart(_coloured(depth_acceptance_figure(_labels({m: recorded_depth_rates(r["rounds"]) for m, r in rec.items()}), L)),
                             key="cmp_rec_depth", config={"displaylogo": False})
         st.plotly_chart(bar_with_values([method_label(m) for m in rec], [r["tau"] for r in rec.values()], L,
                                         colors=[METHOD_COLORS[m] for m in rec]), key="cmp_rec_tau", config={"displaylogo": False})

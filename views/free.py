@@ -35,8 +35,10 @@ if costs:
 for g in gpu:
     ns = sorted(int(k) for k in g["forward"])
     known[g["label"]] = (ns, [1000 * float(g["forward"][str(n)]) for n in ns])
-if costs:
-    t1, t16 = interp_curve(costs["forward"], 1), interp_curve(costs["forward"], 16)
+live = st.session_state.get("free_curve")
+if live or costs:  # the measurement just made wins over the tree tuner's cached one
+    curve = {str(r["n"]): r["ms"] / 1000 for r in live["rows"]} if live else costs["forward"]
+    t1, t16 = interp_curve(curve, 1), interp_curve(curve, 16)
     st.warning(tr("freex.not_free_here", r=t16 / t1, t1=1000 * t1, t16=1000 * t16))
 else:
     st.warning(tr("freex.not_free_general"))
