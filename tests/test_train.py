@@ -88,3 +88,117 @@ def test_training_resumes(tiny, tmp_path):
     assert any("resumed" in line and "step 6" in line for line in logs)
     info = json.loads((tmp_path / "head" / "train_info.json").read_text())
     assert info["steps"] == 10
+
+
+# --------------------------------------------------------------------------- sources: every turn, scored answers
+def _chat_tokenizer():
+    from specviz.loading import cache_root
+    from specviz.tokenizer import ChatTokenizer
+
+    folders = sorted((cache_root() / "models").glob("*/tokenizer.json"))
+    if not folders:
+        pytest.skip("the default model's tokenizer is not converted yet (load the target once)")
+    return ChatTokenizer(folders[0].parent)
+
+
+def _records(convs):
+    return [{"conversations": [t for h, g in c for t in ({"from": "human", "value": h}, {"from": "gpt", "value": g})]}
+            for c in convs]
+
+
+def test_every_turn_is_a_chat_template_context_without_heldout_or_benchmark_prompts():
+    from specviz.examples import EXAMPLE_PROMPTS
+    from specviz.train.sources import benchmark_texts, load_conversations, split_items
+
+    tok = _chat_tokenizer()
+    bench = EXAMPLE_PROMPTS[0]
+    raw = [
+        [("Name three primary colours please.", "Red, blue and yellow."), ("And secondary ones?", "Green, orange, purple.")],
+        [("What is the capital of France today?", "Paris."), ("How big is it, roughly?", "About 2 million people."),
+         ("And its metro area population?", "About 12 million.")],
+        [("Tell me a fact about owls at night.", "They hunt at night."), ("  " + bench.upper() + " ", "Something.")],
+        [("Write a haiku about the sea please.", "Waves fold into foam."), ("And secondary ones?", "Leaked from held-out.")],
+        [("Give me one word that rhymes with cat.", "Hat."), ("Another one, please?", "Bat.")],
+    ]
+    convs = load_conversations(_records(raw), seed=0)
+    assert sorted(c[0][0] for c in convs) == sorted(c[0][0] for c in raw)  # all parsed, first turns intact
+    convs = [next(c for c in convs if c[0][0] == r[0][0]) for r in raw]  # the order above: conversation 0 held out
+    held, items = split_items(convs, tok, 1, 100, 160, turns="all", exclude=benchmark_texts())
+    assert held == [tok.chat_ids(raw[0][0][0])]
+    contexts = [tok.decode(c) for c, _ in items]
+    want = [tok.chat_ids(raw[1][0][0]),
+            tok.encode(tok.render_chat([{"role": "user", "content": raw[1][0][0]},
+                                        {"role": "assistant", "content": raw[1][0][1]},
+                                        {"role": "user", "content": raw[1][1][0]}]))]
+    assert [c for c, _ in items[:2]] == want and len(items) == 3 + 2  # conversation 1's 3 turns, 4's 2 turns
+    assert items[2][0][-len(tok.chat_ids("x")) :] != items[1][0][-1:]  # turn 2 is its own context
+    assert "<|im_start|>assistant" in contexts[1] and contexts[1].count("<|im_start|>user") == 2
+    # the benchmark conversation (every turn) and the one sharing a turn with held-out are gone
+    assert not any("owls" in c or "haiku" in c or bench[:30] in c for c in contexts)
+    assert all(tok.decode(held[0]) not in c for c in contexts)
+    # a tight context budget drops the oldest exchanges whole, never the asked turn
+    _, short = split_items(convs, tok, 1, 100, 160, turns="all", max_context_tokens=40)
+    third = [c for c, _ in short if "metro area" in tok.decode(c)]
+    assert third and tok.decode(third[0]).count("<|im_start|>user") < 3
+    # first turns only: exactly the old prompt rule
+    _, firsts = split_items(convs, tok, 1, 100, 160, turns="first", exclude=benchmark_texts())
+    assert [c for c, _ in firsts] == [tok.chat_ids(raw[1][0][0]), tok.chat_ids(raw[4][0][0])]
+    # scored: the original answer as the template writes it, ending with the end-of-turn token
+    eos = {tok.token_to_id("<|im_end|>")}
+    _, scored = split_items(convs, tok, 1, 100, 160, turns="all", scored=True, eos_ids=eos, max_new=64)
+    ctx, ans = scored[1]
+    assert tok.decode(ans) == raw[1][1][1] + "<|im_end|>" and ans[-1] in eos
+    full = tok.encode(tok.render_chat([{"role": "user", "content": raw[1][0][0]},
+                                       {"role": "assistant", "content": raw[1][0][1]},
+                                       {"role": "user", "content": raw[1][1][0]},
+                                       {"role": "assistant", "content": raw[1][1][1]}], add_generation_prompt=False))
+    assert full[: len(ctx) + len(ans)] == ctx + ans
+
+
+def _regen_and_scored(model, n=3):
+    from specviz.train.sources import score_batch
+
+    taps = tuple(model.cfg.eagle3_layers()) + ("final",)
+    prompts = [[5, 9, 17, 33, 2], [7, 8, 11], [40, 41, 42, 43, 44, 45, 46, 47, 48]][:n]
+    g = torch.Generator().manual_seed(0)
+    regen = generate_batch(model, prompts, [0.0] * n, GenConfig(max_new_tokens=6, topk=4), {1}, taps, g)
+    items = [(s["tokens"][: s["prompt_len"]], s["tokens"][s["prompt_len"] :]) for s in regen]
+    return taps, regen, score_batch(model, items, taps, topk=4)
+
+
+def test_scored_shards_have_the_regenerated_layout(tmp_path):
+    from safetensors import safe_open
+
+    model = tiny_target(seed=3)
+    taps, regen, scored = _regen_and_scored(model)
+    save_shard(tmp_path / "train-00000.safetensors", regen, taps)
+    save_shard(tmp_path / "train-s00000.safetensors", scored, taps)
+    with safe_open(str(tmp_path / "train-00000.safetensors"), "pt") as a, \
+            safe_open(str(tmp_path / "train-s00000.safetensors"), "pt") as b:
+        assert set(a.keys()) == set(b.keys()) and a.metadata() == b.metadata()
+        for k in a.keys():
+            x, y = a.get_tensor(k), b.get_tensor(k)
+            assert x.dtype == y.dtype and x.shape == y.shape, k  # the same sequences: the same shapes
+            if k in ("tokens", "seq_start", "prompt_len", "feat_start", "lab_start"):
+                assert torch.equal(x, y), k
+        assert torch.equal(b.get_tensor("temp"), torch.full((3,), -1.0))
+    data = SeqData(tmp_path, "train")  # the trainers' reader takes both sources as they are
+    assert len(data) == 6 and data.n_response() == 2 * sum(len(s["topk_ids"]) for s in regen)
+
+
+def test_scored_labels_are_the_targets_own_distribution():
+    """Scoring the target's own greedy answer gives back the labels it had while writing it, and each
+    scored row equals a lone forward of that sequence (so right padding leaks nothing)."""
+    model = tiny_target(seed=3)
+    taps, regen, scored = _regen_and_scored(model)
+    for r, s in zip(regen, scored):
+        P, seq = s["prompt_len"], s["tokens"]
+        assert torch.equal(s["topk_ids"][:, 0], r["topk_ids"][:, 0])
+        assert torch.allclose(s["topk_logp"].float(), r["topk_logp"].float(), atol=2e-2)
+        for t in taps:
+            assert torch.allclose(s["feats"][t].float(), r["feats"][t].float(), atol=0.05, rtol=0.02), t
+        cache = model.new_cache(len(seq))
+        out = model.forward(torch.tensor([seq]), cache, taps=("final",))
+        logp = torch.log_softmax(out.logits[0, P - 1 : len(seq) - 1].float(), -1)
+        v, i = logp.topk(4, -1)
+        assert torch.equal(s["topk_ids"], i.int()) and torch.allclose(s["topk_logp"].float(), v, atol=1e-3, rtol=1e-3)  # fp16 labels
