@@ -71,8 +71,7 @@ def run_curve():
     bar.empty()
 
 
-if c[2].button(tr("free.measure"), type="primary", key="free_measure"):
-    run_curve()
+c[2].button(tr("free.measure"), type="primary", key="free_measure", on_click=run_curve)  # before the page: the top reads it
 
 cur = st.session_state.get("free_curve")
 if cur:

@@ -159,7 +159,9 @@ def u_threshold_figure(u: float, threshold: float, lang: str = "en") -> go.Figur
     fig.add_trace(go.Bar(y=[""], x=[1 - threshold], orientation="h", marker_color="#f4b6b6",
                          name=t("toyx.reject_zone", lang)))
     fig.add_vline(x=u, line_color="#111", line_width=3)
-    fig.add_annotation(x=u, y=-0.5, yref="y", text=f"u = {u:.3f}", showarrow=False, yshift=-6, font=dict(size=13))
+    right = u > 0.5  # the label sits beside the line, on the side with room
+    fig.add_annotation(x=u, y=-0.5, yref="y", text=f"u = {u:.3f}", showarrow=False, yshift=-6, font=dict(size=13),
+                       xanchor="right" if right else "left", xshift=-6 if right else 6)
     fig.update_layout(barmode="stack", height=190, margin=dict(l=10, r=10, t=40, b=10), legend=LEGEND,
                       xaxis=dict(range=[0, 1], title=t("walk.prob_axis", lang)))
     return fig
