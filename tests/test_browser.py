@@ -219,8 +219,8 @@ def test_compare(server, browser):
     assert browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")  # acceptance at equal trees: shipped, no run
     shot(browser, "compare")
     for label, name in (("EAGLE-1 vs 2 vs 3", "compare_diff"), ("Speed on this machine", None)):
-        tabs = [t for t in browser.find_elements(By.CSS_SELECTOR, '[data-baseweb="tab"]') if t.text.strip() == label]
-        assert tabs, label
+        WebDriverWait(browser, 60).until(lambda d: any(t.text.strip() == label for t in d.find_elements(By.CSS_SELECTOR, '[role="tab"]')))
+        tabs = [t for t in browser.find_elements(By.CSS_SELECTOR, '[role="tab"]') if t.text.strip() == label]
         tabs[0].click()
         time.sleep(1)
         if name:
