@@ -148,6 +148,17 @@ def configure_threads(workers: int, cuda: bool | None = None) -> int:
     return n
 
 
+_DRAW_GATE = WorkGate(1)
+
+
+def draw_gate() -> WorkGate:
+    """A second FIFO gate, one slot, for drawing a stepped round: page Python runs under one GIL
+    anyway, so drawing in arrival order loses nothing and keeps the last student's wait at one
+    queue's length (with thirty threads drawing at once the GIL's hand-overs are not in order);
+    the engine gate stays separate, so one session's round computes while another's is drawn."""
+    return _DRAW_GATE
+
+
 def gate() -> WorkGate:
     """The process-wide gate (created on first use, with the thread count set to match)."""
     global _GATE

@@ -9,6 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from specviz import SpecVizError
+from specviz.concurrency import draw_gate
 from specviz.app.figcache import cached
 from specviz.app.prompts import current_prompt, prompt_box
 from specviz.app.session import config_key, same_trace, start_session
@@ -276,7 +277,8 @@ def stepper():
     if n > 1:
         view = st.slider(tr("dec.pick_round"), 1, n, view + 1, key=f"dec_pick_{n}") - 1
         st.session_state["dec_view"] = view
-    round_view(sess, view, L)
+    with draw_gate().slot():  # drawing takes its turn (FIFO); the engine gate is separate
+        round_view(sess, view, L)
 
 
 stepper()
