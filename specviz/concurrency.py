@@ -9,9 +9,9 @@ every request is served and none starves; a waiting request can report how many 
 Sizes: `$SPECVIZ_WORKERS` when set; otherwise 1 on CPU (one forward already uses every core)
 and max(1, cores // 2) on a GPU. Torch's intra-op threads are set so that the running workers
 together use the cores once, leaving one core for Streamlit's own threads (page reruns, figure
-building) and the OS: max(1, (cores - 1) // workers) on CPU. Measured on a busy 2-core machine:
-a PLD round took 3.4 s per forward with 2 intra-op threads (OpenMP threads spin against the
-other busy threads) and about 0.1 s with 1.
+building) and the OS: max(1, (cores - 1) // workers) on CPU; more threads than that make
+OpenMP spin against the busy page threads. Drawing a stepped round has its own one-slot FIFO
+gate (`draw_gate`). Measurements: README, "Serving a classroom".
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ import os
 import threading
 import time
 from contextlib import contextmanager
+
+import torch
+from streamlit import runtime
 
 from . import SpecVizError
 
@@ -43,8 +46,6 @@ def default_workers(cuda: bool | None = None) -> int:
             raise SpecVizError(f"SPECVIZ_WORKERS must be a whole number >= 1, got {env!r}.")
         return n
     if cuda is None:
-        import torch
-
         cuda = torch.cuda.is_available()
     return max(1, _cores() // 2) if cuda else 1
 
@@ -118,8 +119,6 @@ def _serving() -> bool:
     """True inside a real Streamlit server (not AppTest or a plain import): only a server owns
     the process's torch thread setting."""
     try:
-        from streamlit import runtime
-
         return runtime.exists() and type(runtime.get_instance()).__name__ == "Runtime"
     except Exception:  # noqa: BLE001
         return False
@@ -138,8 +137,6 @@ def server_threads(workers: int | None = None) -> int:
 
 def configure_threads(workers: int, cuda: bool | None = None) -> int:
     """Give torch `server_threads(workers)` intra-op threads on CPU (process-wide); returns it."""
-    import torch
-
     if cuda is None:
         cuda = torch.cuda.is_available()
     n = server_threads(workers)

@@ -302,3 +302,24 @@ def test_compare_hardware_whatif_from_measured_costs(monkeypatch):
     want = whatif_speedup(tau, 0.004, 0.004 + (0.008 - 0.004) * (line["x"][0] - 1) / 3, 0.005, 0.001)
     assert line["y"][0] == pytest.approx(want)
     assert any("none is made up" in i.value for i in at.info)
+
+
+def test_round_figures_are_built_once_per_trace():
+    """The Decode page's memo: same trace and options -> the object built before; another
+    option or another trace -> built again."""
+    from specviz.app.figcache import cached
+
+    class Trace:
+        pass
+
+    a, b, calls = Trace(), Trace(), []
+
+    def build():
+        calls.append(1)
+        return len(calls)
+
+    assert cached("tree", a, "en", build=build) == 1
+    assert cached("tree", a, "en", build=build) == 1
+    assert cached("tree", a, "zh", build=build) == 2
+    assert cached("tree", b, "en", build=build) == 3
+    assert len(calls) == 3
