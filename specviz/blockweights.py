@@ -140,7 +140,7 @@ def _from_gguf_tensor(t) -> BlockWeight | None:
 
 def read_gguf_blocks(path: Path) -> dict[str, BlockWeight]:
     """Every Q4_1 / Q8_0 matrix of a GGUF file, by GGUF tensor name."""
-    from gguf import GGUFReader
+    from gguf import GGUFReader  # not at the top: every target import would pay for it, only the GGUF block path reads one
 
     out = {}
     for t in GGUFReader(str(path)).tensors:

@@ -106,9 +106,7 @@ def static_pass(model, k_cache, v_cache, tokens, positions, length, block, key_i
         if i in taps:
             out_taps[i] = x
         x = model.layer(i, x, cos, sin, attend)
-    from .target import rms_norm
-
-    x = rms_norm(x, model.norm, cfg.rms_eps)
+    x = model.final_norm(x)
     if "final" in taps:
         out_taps["final"] = x
     return model.logits(x, blocks=False), out_taps
@@ -302,14 +300,13 @@ class CachePool:
     next prompt replays the graphs of the last instead of capturing new ones.
     """
 
-    def __init__(self, model):
+    def __init__(self, model, make_cache):
         self.model = model
+        self.make_cache = make_cache  # KVCache.over, passed in: cudagraph never imports target
         self.free: dict[int, list] = {}
         self.lock = threading.Lock()
 
     def acquire(self, max_len: int):
-        from .target import KVCache
-
         size = pool_size(max_len)
         with self.lock:
             free = self.free.setdefault(size, [])
@@ -320,7 +317,7 @@ class CachePool:
             k = torch.zeros(shape, dtype=m.dtype, device=m.device)
             v = torch.zeros(shape, dtype=m.dtype, device=m.device)
             graphs = GraphRunner(self.model, k, v)
-        cache = KVCache.over(k, v, graphs)
+        cache = self.make_cache(k, v, graphs)
         weakref.finalize(cache, self._release, size, (k, v, graphs))  # must not reference `cache`
         return cache
 

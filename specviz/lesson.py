@@ -21,6 +21,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import torch
+
+from .engine import SpeculativeDecoder, vanilla_generate
+from .heads.io import shipped_head_dir
+from .machine import forward_curve
+from .machine import machine as _machine
+from .methods import head_method, make_drafter
+from .sampling import SamplingParams
+from .target import load_target
 from .trace import RoundTrace
 from .tree import EAGLE1_TREE
 
@@ -100,27 +109,7 @@ class LessonRound:
 
 
 # ---------------------------------------------------------------------------- running rounds
-def _machine() -> dict:
-    try:
-        from .machine import machine
-    except ImportError:  # older layout
-        from .tuning import machine
-    return machine()
-
-
-def forward_curve(model, **kw) -> dict:
-    """Median seconds of one target pass over n new tokens (the tree tuner's own measurement)."""
-    try:
-        from .machine import forward_curve as fc
-    except ImportError:  # older layout
-        from .tuning import forward_curve as fc
-    return fc(model, **kw)
-
-
 def head_checksums(target, method: str) -> dict:
-    from .heads.io import shipped_head_dir
-    from .methods import head_method
-
     if method in ("vanilla", "pld"):
         return {}
     folder = shipped_head_dir(target.model.name, head_method(method))
@@ -129,10 +118,6 @@ def head_checksums(target, method: str) -> dict:
 
 
 def _decoder(target, spec: RoundSpec | dict, seed: int):
-    from .engine import SpeculativeDecoder
-    from .methods import make_drafter
-    from .sampling import SamplingParams
-
     s = spec if isinstance(spec, dict) else asdict(spec)
     drafter = make_drafter(s["method"], target, **s["options"])
     params = SamplingParams(temperature=float(s["temperature"]))
@@ -280,9 +265,6 @@ def cost_curve(target, measure: bool = False) -> tuple[dict, dict]:
 def record_machine(target, measure: bool = False, log=print) -> dict:
     """The cost curve the 'bottleneck' and 'when is it fast' steps draw, and greedy EAGLE-3 vs
     vanilla on the lesson prompt (the same tokens?) for the 'lossless' step."""
-    from .engine import SpeculativeDecoder, vanilla_generate
-    from .methods import make_drafter
-
     curve, source = cost_curve(target, measure)
     n_new = 48
     van = vanilla_generate(target, PROMPT_CODE, n_new)
@@ -309,10 +291,6 @@ def main(argv=None) -> int:
     ap.add_argument("--no-machine", action="store_true", help="record: skip machine.json (cost curve, lossless check)")
     ap.add_argument("--measure", action="store_true", help="record: measure the cost curve now instead of reading the benchmark's")
     a = ap.parse_args(argv)
-    import torch
-
-    from .target import load_target
-
     target = load_target(dtype=torch.float32, device="cpu")
     keys = [k for k in a.only.split(",") if k] or [s.key for s in SPECS]
     out = Path(a.out)

@@ -18,6 +18,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from platformdirs import user_cache_dir
+
 from . import SpecVizError
 from .config import ModelConfig
 
@@ -29,7 +31,7 @@ _CACHE_FORMAT = 1
 
 def default_device() -> str:
     """Where SpecViz runs unless told otherwise: the GPU when torch sees one, else the CPU."""
-    import torch
+    import torch  # loading stays torch-free at import: settings and qkernel resolve cache paths through it
 
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -37,7 +39,7 @@ def default_device() -> str:
 def default_dtype(device=None):
     """The precision a device runs by default: bf16 on a GPU (tensor cores, half the bytes),
     fp32 on a CPU (exact agreement with transformers' fp32, and the GGUF block kernel)."""
-    import torch
+    import torch  # torch-free at import, as above
 
     device = torch.device(device if device is not None else default_device())
     return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -48,8 +50,6 @@ def cache_root() -> Path:
     env = os.environ.get("SPECVIZ_CACHE")
     if env:
         return Path(env)
-    from platformdirs import user_cache_dir
-
     return Path(user_cache_dir("specviz"))
 
 
@@ -97,9 +97,9 @@ def _gguf_key(gguf: Path) -> str:
 
 def convert_gguf(gguf: Path, dest: Path, progress=None) -> None:
     """Dequantise a GGUF with transformers and write a plain HF checkpoint (atomically)."""
-    import torch
-    from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch  # torch-free at import, as above
+    from safetensors.torch import save_file  # imports torch: torch-free at import, as above
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # slow to import; only the first conversion needs it
 
     if progress:
         progress("Converting the GGUF weights once (about 20 s)...")
@@ -162,7 +162,7 @@ def resolve_model_dir(spec: str | os.PathLike | None = None, progress=None) -> P
         return path
     if text.count("/") == 1 and not text.startswith((".", "/", "~")):
         try:
-            from huggingface_hub import snapshot_download
+            from huggingface_hub import snapshot_download  # optional: only a Hub repo id needs it
 
             return Path(snapshot_download(text, local_files_only=True))
         except Exception:
@@ -183,8 +183,8 @@ def read_config(folder: Path) -> ModelConfig:
 
 def read_state_dict(folder: Path) -> dict:
     """All weights of a checkpoint, from safetensors (preferred) or a weights-only torch file."""
-    import torch
-    from safetensors.torch import load_file
+    import torch  # torch-free at import, as above
+    from safetensors.torch import load_file  # imports torch: torch-free at import, as above
 
     folder = Path(folder)
     files = sorted(folder.glob("*.safetensors"))

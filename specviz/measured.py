@@ -62,13 +62,10 @@ def shipped_curves() -> list[dict]:
 def cached_costs(model) -> dict | None:
     """This machine's measured costs for `model` if `specviz.tuning` has cached them, else None
     (reading never triggers a measurement)."""
-    from . import tuning
+    from .tuning import cost_file  # measured.py stays torch-free at import: the pages read benchmark JSON through it
 
-    locate = getattr(tuning, "cost_file", None) or getattr(tuning, "_cost_file", None)
-    if locate is None:
-        return None
     try:
-        f = locate(model)
+        f = cost_file(model)
     except Exception:  # noqa: BLE001 - a half-built model or a moved helper: nothing cached
         return None
     data = _read(f) if f.is_file() else None
@@ -78,16 +75,8 @@ def cached_costs(model) -> dict | None:
 def measure_costs(target, methods) -> dict | None:
     """Measure (once; cached in the user cache) this machine's forward curve and each method's
     drafting cost with `specviz.tuning`, then return the cached costs."""
-    try:
-        from .methods import tuned_tree  # the registry builds each drafter for the measurement
+    from .methods import tuned_tree  # torch-free at import, as above; the registry builds each drafter to measure it
 
-        def measure(m):
-            return tuned_tree(m, target)
-    except ImportError:  # older registry: the tuner builds the drafter itself
-        from .tuning import tuned_tree
-
-        def measure(m):
-            return tuned_tree(target, m)
     for m in methods:
-        measure(m)
+        tuned_tree(m, target)
     return cached_costs(target.model)

@@ -18,6 +18,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from .loading import cache_root
+
 SOURCE = Path(__file__).parent / "kernels" / "blockmm.cpp"
 FLAGS = ["-O3", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
 
@@ -44,8 +46,6 @@ def _compiler() -> str | None:
 
 def build(native: bool = True, folder: Path | None = None) -> Path:
     """Compile the kernel (cached by source, flags and CPU); `native=False` builds the portable C++ path."""
-    from .loading import cache_root
-
     cxx = _compiler()
     if cxx is None:
         raise RuntimeError("no C++ compiler found (install g++ or set $CXX)")

@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from . import SpecVizError, cudagraph
+from . import SpecVizError, cudagraph, qkernel
+from .blockweights import LayerBlocks, attach_blocks, quantize_q8_0
 from .config import ModelConfig, rope_inv_freq
+from .loading import DEFAULT_MODEL, default_device, default_dtype, default_gguf_path, load_checkpoint
+from .tokenizer import ChatTokenizer
 
 
 class KVCache:
@@ -159,14 +162,11 @@ class TargetModel:
         self.fused_max_tokens = FUSED_MAX_TOKENS
         self._lib = None
         self.cuda_graphs = cudagraph.wanted(self.device)  # capture short passes as CUDA graphs
-        self._cache_pool = cudagraph.CachePool(self) if self.cuda_graphs else None
+        self._cache_pool = cudagraph.CachePool(self, KVCache.over) if self.cuda_graphs else None
         self.kernel_note = "dense weights" + (f", {cudagraph.NOTE}" if self.cuda_graphs else "")
 
     def use_block_weights(self, gguf_path) -> bool:
         """Multiply every pass straight from the GGUF's blocks (same weights, 6x fewer bytes)."""
-        from . import qkernel
-        from .blockweights import attach_blocks
-
         if not _uses_kernel(self.device):
             self.kernel_note += " (block weights serve fp32 on CPU only)"
             return False
@@ -180,9 +180,6 @@ class TargetModel:
     def use_rounded_blocks(self) -> bool:
         """For draft models only: Q8_0 copies of the dense weights for every pass. A drafter's
         weights change what it guesses, never what the target accepts, so rounding them is safe."""
-        from . import qkernel
-        from .blockweights import LayerBlocks, quantize_q8_0
-
         lib = qkernel.library()
         mats = [w for L in self.layers for w in (L.wqkv, L.wo, L.w13, L.w2)] + [self.lm_head]
         if lib is None or self.dtype != torch.float32 or not _uses_kernel(self.device) or any(w.shape[1] % 32 for w in mats):
@@ -248,7 +245,6 @@ class TargetModel:
         tree_mask: torch.Tensor | None = None,
         taps=(),
         last_only: bool = False,
-        logits_at: torch.Tensor | None = None,
         blocks: bool = True,
     ) -> ForwardOut:
         """Run T new tokens after the committed context.
@@ -276,9 +272,7 @@ class TargetModel:
             graphed = cudagraph.try_forward(self, tokens, cache, positions, tree_mask, taps)
             if graphed is not None:
                 logits, out_taps = graphed
-                if logits_at is not None:
-                    logits = logits[:, logits_at.to(logits.device)]
-                elif last_only:
+                if last_only:
                     logits = logits[:, -1:]
                 cache.pending = T
                 return ForwardOut(logits=logits, taps=out_taps)
@@ -290,12 +284,10 @@ class TargetModel:
             x = self._layers_fused(tokens, cache, cos, sin, tree_mask, taps, out_taps)
         else:
             x = self._layers_torch(tokens, cache, cos, sin, tree_mask, taps, out_taps, lib)
-        x = rms_norm(x, self.norm, cfg.rms_eps)
+        x = self.final_norm(x)
         if "final" in taps:
             out_taps["final"] = x
-        if logits_at is not None:
-            x = x[:, logits_at]
-        elif last_only:
+        if last_only:
             x = x[:, -1:]
         cache.pending = T
         return ForwardOut(logits=self.logits(x, blocks), taps=out_taps)
@@ -375,6 +367,10 @@ class TargetModel:
             _linear(x.new_zeros(x.shape[0], L.w2.shape[1]), L.w2, lb and lb.w2, lib)
         return self.logits(x)
 
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
+        """The norm after the last layer (its output is the "final" tap the heads read)."""
+        return rms_norm(x, self.norm, self.cfg.rms_eps)
+
     def logits(self, x: torch.Tensor, blocks: bool = True) -> torch.Tensor:
         """The LM head (fp32 out); from the GGUF blocks when the model has them."""
         if blocks and self.lm_head_blocks is not None and _uses_kernel(x.device):
@@ -391,9 +387,6 @@ def load_target(spec=None, dtype=None, device=None, progress=None, block_weights
     bf16 on a GPU, fp32 on a CPU). The default model in fp32 on CPU also multiplies from its GGUF
     blocks (`block_weights`).
     """
-    from .loading import DEFAULT_MODEL, default_device, default_dtype, default_gguf_path, load_checkpoint
-    from .tokenizer import ChatTokenizer
-
     if device is None:
         device = default_device()
     if dtype is None:

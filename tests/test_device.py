@@ -29,6 +29,7 @@ from specviz.drafters.sps import SpSDrafter  # noqa: E402
 from specviz.engine import SpeculativeDecoder, vanilla_generate  # noqa: E402
 from specviz.heads import Eagle1Head, Eagle3Head, MedusaHeads, head_config_from_target  # noqa: E402
 from specviz.sampling import SamplingParams, probs  # noqa: E402
+from specviz.target import KVCache  # noqa: E402
 
 NO_CUDA = "no CUDA device: the GPU cases run where torch sees one (scripts/gpu_check.sh)"
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA))]
@@ -290,7 +291,7 @@ def test_graph_glue_on_a_cpu_gives_the_eager_output(method):
     params = SamplingParams(temperature=1.0)
     eager = SpeculativeDecoder(kit.target, kit.drafter(method), params, seed=3).generate(PROMPT, NEW, chat=False)
     for m in (kit.target.model, kit.draft):
-        m.cuda_graphs, m._cache_pool = True, cudagraph.CachePool(m)
+        m.cuda_graphs, m._cache_pool = True, cudagraph.CachePool(m, KVCache.over)
     kit.e1.graphs = kit.e3.graphs = True  # the EAGLE heads' drafting passes too
     dec = SpeculativeDecoder(kit.target, kit.drafter(method), params, seed=3)
     res = dec.generate(PROMPT, NEW, chat=False)

@@ -19,6 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import cudagraph
+from ..blockweights import MAX_BLOCK_ROWS
 from ..config import ModelConfig, rope_inv_freq
 from .layers import MLP, Attention, RMSNorm, Rotary, block_mask
 
@@ -86,10 +87,17 @@ class _Eagle3Layer(nn.Module):
 
 def lm_blocks_fit(x: torch.Tensor) -> bool:
     """Whether the target's LM head blocks should serve these features (few fp32 rows, no gradient)."""
-    from ..blockweights import MAX_BLOCK_ROWS
-
     return (x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() <= MAX_BLOCK_ROWS * x.shape[-1]
             and not torch.is_grad_enabled())
+
+
+def tied_logits(feats: torch.Tensor, lm_head: torch.Tensor, lm_blocks=None, vocab_ids=None) -> torch.Tensor:
+    """Target-vocab logits of predicted features through the target's own LM head (EAGLE and
+    Medusa alike): its GGUF blocks when they fit, else the dense rows (only `vocab_ids` if given)."""
+    if vocab_ids is None and lm_blocks is not None and lm_blocks_fit(feats):
+        return lm_blocks.matmul(feats)
+    w = lm_head if vocab_ids is None else lm_head[vocab_ids.to(lm_head.device)]
+    return F.linear(feats.to(w.device), w.to(feats.dtype))
 
 
 class EagleHeadBase(nn.Module):
@@ -222,10 +230,7 @@ class Eagle1Head(EagleHeadBase):
 
     def logits(self, out, vocab_ids=None):
         """Target-vocab logits of predicted features (optionally only for `vocab_ids`)."""
-        if vocab_ids is None and self._lm_blocks is not None and lm_blocks_fit(out):
-            return self._lm_blocks.matmul(out)
-        w = self._lm_head if vocab_ids is None else self._lm_head[vocab_ids.to(self._lm_head.device)]
-        return F.linear(out.to(w.device), w.to(out.dtype))
+        return tied_logits(out, self._lm_head, self._lm_blocks, vocab_ids)
 
 
 class Eagle3Head(EagleHeadBase):

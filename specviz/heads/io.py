@@ -12,8 +12,10 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from .. import SpecVizError
+from ..blockweights import speed_up_linears
 from .eagle import Eagle1Head, Eagle3Head
 from .medusa import MedusaHeads
 
@@ -27,8 +29,6 @@ def shipped_head_dir(model_name: str, method: str) -> Path:
 
 def save_head(head, folder, dtype=torch.float16, extra: dict | None = None) -> Path:
     """Write `config.json` + `model.safetensors` (weights cast to `dtype`; d2t/t2d kept exact)."""
-    from safetensors.torch import save_file
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if isinstance(head, MedusaHeads):
@@ -52,8 +52,6 @@ def save_head(head, folder, dtype=torch.float16, extra: dict | None = None) -> P
 
 
 def _read_state(folder: Path) -> dict:
-    from safetensors.torch import load_file
-
     files = sorted(folder.glob("*.safetensors"))
     try:
         if files:
@@ -161,8 +159,6 @@ def load_head(folder, target_cfg=None, device=None, dtype=torch.float32, target=
     if target is not None:
         head.bind(target.embed, target.lm_head, getattr(target, "lm_head_blocks", None))
         if getattr(target, "blocks", None) is not None:  # the target runs on GGUF blocks: draft on Q8_0 too
-            from ..blockweights import speed_up_linears
-
             speed_up_linears(head)
     head.eval()
     head.source = str(folder)

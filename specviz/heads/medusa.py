@@ -12,6 +12,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .eagle import tied_logits
+
 
 class ResBlock(nn.Module):
     def __init__(self, hidden: int):
@@ -53,12 +55,7 @@ class MedusaHeads(nn.Module):
         return torch.stack([head(h) for head in self.heads])
 
     def logits(self, feats, vocab_ids=None):
-        from .eagle import lm_blocks_fit
-
-        if vocab_ids is None and self._lm_blocks is not None and lm_blocks_fit(feats):
-            return self._lm_blocks.matmul(feats)
-        w = self._lm_head if vocab_ids is None else self._lm_head[vocab_ids.to(self._lm_head.device)]
-        return F.linear(feats.to(w.device), w.to(feats.dtype))
+        return tied_logits(feats, self._lm_head, self._lm_blocks, vocab_ids)
 
     # Medusa's key names are "{i}.{j}.linear.*"; ours live under "heads."
     def public_state(self):
