@@ -103,18 +103,6 @@ def test_ancestors():
     assert F.ancestors(tr, 0) == [0]
 
 
-# ---------------------------------------------------------------------- mask
-def test_mask_figure_labels_and_highlight():
-    tr = synthetic_trace()
-    fig = _is_fig(F.mask_figure(tr, selected=3))
-    hm = fig.data[0]
-    z = np.array(hm.z)
-    assert z.shape == (5, 5)
-    assert z[3, 0] == 2 and z[3, 1] == 2 and z[3, 3] == 2 and z[3, 2] == 0
-    assert z[2, 0] == 1 and z[2, 1] == 0
-    assert hm.x[1].startswith("#1 ␣cat @51")
-
-
 # ---------------------------------------------------------------------- p vs q
 def test_pq_bars_union_and_missing():
     tr = synthetic_trace()
@@ -129,17 +117,7 @@ def test_pq_bars_union_and_missing():
     assert len(ex.data) == 1
 
 
-# ---------------------------------------------------------------------- walk and text
-def test_walk_table_and_figure():
-    tr = synthetic_trace()
-    df = F.walk_table(tr)
-    assert len(df) == 3
-    assert list(df["u"][:2]) == [0.41, 0.77]
-    assert df.iloc[1][t("walk.threshold")] == pytest.approx(0.4286)
-    fig = _is_fig(F.walk_figure(tr))
-    assert list(fig.data[1].y) == [0.41, 0.77]
-
-
+# ---------------------------------------------------------------------- text
 def test_coloured_text_sources_and_escaping():
     tr = synthetic_trace()
     tr.committed_text = [" <cat>", " ran"]
@@ -153,8 +131,9 @@ def test_coloured_text_sources_and_escaping():
 def test_root_only_round():
     tr = root_only_trace()
     _is_fig(F.tree_figure(tr))
-    _is_fig(F.mask_figure(tr))
-    assert len(F.walk_table(tr)) == 1
+    _is_fig(M.attention_figure(tr))
+    _is_fig(R.walk_u_figure(tr))
+    assert len(R.round_table(tr, "en", "accept")) == 0  # no drafted node: nothing to try
 
 
 # ---------------------------------------------------------------------- stats and latency
@@ -228,11 +207,11 @@ def test_real_vanilla_trace(target, lang):
     trs = _real_traces(target, None, "Name three colours.", temperature=0.8)
     for tr in trs:
         _is_fig(F.tree_figure(tr, lang=lang, selected=0))
-        _is_fig(F.mask_figure(tr, lang=lang))
+        _is_fig(M.attention_figure(tr, lang))
         _is_fig(F.node_pq_figure(tr, 0, lang=lang))
         _is_fig(F.node_pq_figure(tr, F.EXTRA_ID, lang=lang))
-        _is_fig(F.walk_figure(tr, lang=lang))
-        F.walk_table(tr, lang=lang)
+        _is_fig(R.walk_u_figure(tr, lang))
+        R.round_table(tr, lang, "accept")
     assert [s for _, s, _ in F.token_sources(trs)] == ["vanilla"] * len(trs)
     assert F.colored_text_html(trs, lang=lang).count("<span") == len(trs)
 
@@ -250,9 +229,8 @@ def test_real_pld_trace(target):
         assert set(ids) == {n.id for n in tr.nodes} | {F.EXTRA_ID}
         for n in tr.nodes:
             _is_fig(F.node_pq_figure(tr, n.id))
-        _is_fig(F.mask_figure(tr, selected=len(tr.nodes) - 1))
-        df = F.walk_table(tr)
-        assert len(df) == len(tr.steps) + 1
+        _is_fig(M.attention_figure(tr, selected=len(tr.nodes) - 1))
+        assert len(R.round_table(tr, "en", "accept")) == len(tr.nodes) - 1
     srcs = {s for _, s, _ in F.token_sources(trs)}
     assert srcs <= {"accepted", "bonus", "greedy-correction", "resampled", "vanilla"} and "accepted" in srcs
 

@@ -11,7 +11,6 @@ import math
 
 import networkx as nx
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 
 from ..i18n import t
@@ -253,52 +252,6 @@ def tree_figure(
     return fig
 
 
-# ---------------------------------------------------------------------- mask
-def mask_figure(trace: RoundTrace, lang: str = "en", selected: int | None = None) -> go.Figure:
-    """Tree attention mask as a heatmap labelled '#id token @position'. With a selected node,
-    its row's visible cells (its ancestors and itself) are drawn darker."""
-    n = len(trace.nodes)
-    m = np.array(trace.tree_mask, dtype=float) if trace.tree_mask else np.eye(n)
-    z = m.copy()
-    if selected is not None and 0 <= selected < n:
-        path = ancestors(trace, selected)
-        for j in path:
-            z[selected, j] = 2.0
-    labels = [f"#{nd.id} {show_token(nd.text)[:10]} @{trace.position_ids[i] if i < len(trace.position_ids) else nd.position}" for i, nd in enumerate(trace.nodes)]
-    hover = [
-        [
-            f"{t('mask.row', lang)} {labels[i]}<br>{t('mask.col', lang)} {labels[j]}<br>"
-            + (t("mask.sees", lang) if m[i, j] else t("mask.hidden", lang))
-            for j in range(n)
-        ]
-        for i in range(n)
-    ]
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=labels,
-            y=labels,
-            zmin=0,
-            zmax=2,
-            colorscale=[[0, "#f4f4f4"], [0.499, "#f4f4f4"], [0.5, "#7fb3e0"], [0.749, "#7fb3e0"], [0.75, "#08306b"], [1, "#08306b"]],
-            showscale=False,
-            hovertext=hover,
-            hoverinfo="text",
-            xgap=1,
-            ygap=1,
-        )
-    )
-    size = max(300, min(900, 120 + 24 * n))
-    fig.update_layout(
-        height=size,
-        margin=dict(l=10, r=10, t=30, b=10),
-        yaxis=dict(autorange="reversed", title=dict(text=t("mask.row_axis", lang), standoff=4), tickfont=dict(size=10), automargin=True),
-        xaxis=dict(title=dict(text=t("mask.col_axis", lang), standoff=4), tickangle=-60, tickfont=dict(size=10), side="top", automargin=True),
-        plot_bgcolor="white",
-    )
-    return fig
-
-
 # ---------------------------------------------------------------------- p vs q
 def pq_bars_figure(p_top, q_top, lang: str = "en", highlight=(), title: str = "") -> go.Figure:
     """Target p and draft q over the union of their top tokens (entries [id, text, prob]).
@@ -354,65 +307,6 @@ def node_pq_figure(trace: RoundTrace, node_id: int, lang: str = "en", reveal: bo
     par = nodes[n.parent]
     return pq_bars_figure(par.next_p_top, par.next_q_top, lang, highlight=[n.token],
                           title=t("pq.node_title", lang, tok=show_token(n.text), parent=show_token(par.text), p=_fmt(n.p), q=_fmt(n.q)))
-
-
-# ---------------------------------------------------------------------- acceptance walk
-def accept_threshold(step) -> float:
-    """Probability with which the rule accepts this tried token (u below it means accept)."""
-    if step.u is None:  # greedy: deterministic
-        return 1.0 if step.accepted else 0.0
-    if step.ratio is not None:
-        return min(1.0, step.ratio)
-    if step.q:
-        return min(1.0, step.p / step.q)
-    return 0.0
-
-
-def walk_table(trace: RoundTrace, lang: str = "en") -> pd.DataFrame:
-    rows = []
-    for s in trace.steps:
-        rows.append({
-            t("walk.depth", lang): s.depth,
-            t("walk.node", lang): s.node,
-            t("walk.token", lang): show_token(s.text),
-            "p": round(s.p, 4),
-            "q": round(s.q, 4),
-            "p/q": None if s.ratio is None else round(s.ratio, 4),
-            "u": None if s.u is None else round(s.u, 4),
-            t("walk.threshold", lang): round(accept_threshold(s), 4),
-            t("walk.result", lang): t("status.accepted" if s.accepted else "status.rejected", lang),
-            t("walk.residual", lang): ", ".join(f"{show_token(x)} {pp:.3f}" for _, x, pp in s.residual_top[:4]),
-        })
-    rows.append({
-        t("walk.depth", lang): (trace.steps[-1].depth + (1 if trace.steps[-1].accepted else 0)) if trace.steps else 1,
-        t("walk.node", lang): "★",
-        t("walk.token", lang): show_token(trace.extra_text),
-        "p": None, "q": None, "p/q": None, "u": None,
-        t("walk.threshold", lang): None,
-        t("walk.result", lang): t("source." + trace.extra_source, lang),
-        t("walk.residual", lang): ", ".join(f"{show_token(x)} {pp:.3f}" for _, x, pp in trace.extra_top[:4]),
-    })
-    return pd.DataFrame(rows)
-
-
-def walk_figure(trace: RoundTrace, lang: str = "en") -> go.Figure:
-    """Each tried node: a bar up to its acceptance probability and a marker at the draw u."""
-    steps = trace.steps
-    xs = [f"{i + 1}. {show_token(s.text)[:10]} (#{s.node})" for i, s in enumerate(steps)]
-    thr = [accept_threshold(s) for s in steps]
-    fig = go.Figure()
-    fig.add_trace(go.Bar(x=xs, y=thr, name=t("walk.threshold", lang),
-                         marker_color=[STATUS_COLORS["accepted" if s.accepted else "rejected"] for s in steps], opacity=0.55,
-                         text=[("✓ " if s.accepted else "✗ ") + f"{v:.3f}" for s, v in zip(steps, thr)], textposition="outside",
-                         cliponaxis=False,
-                         hovertemplate="%{x}<br>" + t("walk.threshold", lang) + " %{y:.4f}<extra></extra>"))
-    us = [s.u for s in steps]
-    if any(u is not None for u in us):
-        fig.add_trace(go.Scatter(x=xs, y=us, mode="markers", name="u", marker=dict(symbol="line-ew", size=34, line=dict(width=4, color="#111")),
-                                 hovertemplate="%{x}<br>u = %{y:.4f}<extra></extra>"))
-    fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), yaxis=dict(range=[0, 1.12], title=t("walk.prob_axis", lang)),
-                      legend=LEGEND_TOP)
-    return fig
 
 
 # ---------------------------------------------------------------------- text by source
