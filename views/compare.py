@@ -190,10 +190,10 @@ with tab_speed:
         c = st.columns(2)
         with c[0]:
             st.markdown(f"**{tr('cmp.hist')}**")
-            st.plotly_chart(accept_length_hist({method_label(m): v for m, v in r["lengths"].items()}, L), key="cmp_hist")
+            st.plotly_chart(_coloured(accept_length_hist({method_label(m): v for m, v in r["lengths"].items()}, L)), key="cmp_hist")
         with c[1]:
             st.markdown(f"**{tr('cmp.depth')}**")
-            st.plotly_chart(depth_acceptance_figure({method_label(m): v for m, v in r["depth"].items() if m != "vanilla"}, L),
+            st.plotly_chart(_coloured(depth_acceptance_figure({method_label(m): v for m, v in r["depth"].items() if m != "vanilla"}, L)),
                             key="cmp_depth")
 
 # ---------------------------------------------------------------------- hardware what-if
