@@ -159,6 +159,20 @@ def tree_chart(tr_, chart_key, reveal=True, selected=None, height=None, show_p=N
 
 sfx = "_live" if live and live.get("trace") is not None else ""
 
+
+def pq_beside_table(tr_, sel, stage: str, chart_key: str):
+    """The selected node's p-vs-q bars (q only while drafting) beside the round table at `stage`."""
+    cols = st.columns([2, 3])
+    with cols[0]:
+        shown = sel if sel is not None and sel != EXTRA_ID else 0
+        pq = node_pq_figure(tr_, shown, L, reveal=stage != "draft")
+        st.markdown(pq.layout.title.text or "")
+        pq.update_layout(title=None, margin=dict(t=20))
+        st.plotly_chart(pq, key=f"{chart_key}_{shown}{sfx}", config=CFG)
+    with cols[1]:
+        st.dataframe(round_table(tr_, L, stage=stage), hide_index=True, width="stretch", height=380)
+
+
 # ---------------------------------------------------------------- the steps
 if sid == "s1":
     curve = dict(machine["forward_ms"])
@@ -179,15 +193,7 @@ elif sid == "s2":
     st.markdown(tr("lesson.s2.body", d=d, n=len(trace.nodes) - 1))
     sel = clicked(f"l_tree2{sfx}")
     tree_chart(trace, f"l_tree2{sfx}", reveal=False, selected=sel)
-    cols = st.columns([2, 3])
-    with cols[0]:
-        shown = sel if sel is not None and sel != EXTRA_ID else 0
-        pq = node_pq_figure(trace, shown, L, reveal=False)
-        st.markdown(pq.layout.title.text or "")
-        pq.update_layout(title=None, margin=dict(t=20))
-        st.plotly_chart(pq, key=f"l_pq2_{shown}{sfx}", config=CFG)
-    with cols[1]:
-        st.dataframe(round_table(trace, L, stage="draft"), hide_index=True, width="stretch", height=380)
+    pq_beside_table(trace, sel, "draft", "l_pq2")
     provenance(rec)
 
 elif sid == "s3":
@@ -212,15 +218,7 @@ elif sid == "s4":
     st.markdown(tr("lesson.s4.body", ms=r_n * c[min(c)], r=r_n, n=len(trace.nodes)))
     sel = clicked(f"l_tree4{sfx}")
     tree_chart(trace, f"l_tree4{sfx}", reveal=False, selected=sel, show_p=True)
-    cols = st.columns([2, 3])
-    with cols[0]:
-        shown = sel if sel is not None and sel != EXTRA_ID else 0
-        pq = node_pq_figure(trace, shown, L)
-        st.markdown(pq.layout.title.text or "")
-        pq.update_layout(title=None, margin=dict(t=20))
-        st.plotly_chart(pq, key=f"l_pq4_{shown}{sfx}", config=CFG)
-    with cols[1]:
-        st.dataframe(round_table(trace, L, stage="verify"), hide_index=True, width="stretch", height=380)
+    pq_beside_table(trace, sel, "verify", "l_pq4")
     provenance(rec)
 
 elif sid in ("s5", "s6", "s7"):
