@@ -10,6 +10,7 @@ import streamlit as st
 
 from specviz import SpecVizError
 from specviz.concurrency import draw_gate
+from specviz.app.clicks import clicked_node
 from specviz.app.figcache import cached
 from specviz.app.prompts import current_prompt, prompt_box
 from specviz.app.session import config_key, same_trace, start_session
@@ -114,25 +115,10 @@ if target is not None and ok and not st.session_state.get("_deep_link_done"):
             do_start(want)
 
 
-def _selected_from(key: str):
-    """Node id clicked in the tree chart `key` (its selection lives in session state), or None."""
-    state = st.session_state.get(key)
-    try:
-        pts = state["selection"]["points"] if state else []
-    except (KeyError, TypeError):
-        pts = []
-    if not pts:
-        return None
-    cd = pts[0].get("customdata")
-    if cd is None:
-        return None
-    return int(cd[0] if isinstance(cd, (list, tuple)) else cd)
-
-
 def tree_chart(trace, make_fig, key):
     """Draw the tree; a click selects a node. The selection is read from session state *before*
     drawing, so the highlight and the p-vs-q bars follow in the same run (no st.rerun)."""
-    node = _selected_from(key)
+    node = clicked_node(key)
     if node is not None and node != st.session_state.get("_last_click", {}).get(key):
         st.session_state["sel_node"] = node
     st.session_state.setdefault("_last_click", {})[key] = node

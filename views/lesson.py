@@ -11,6 +11,7 @@ import streamlit as st
 from specviz import SpecVizError
 from specviz import lesson as LS
 from specviz.i18n import t
+from specviz.app.clicks import clicked_node
 from specviz.app.gate import heavy_work
 from specviz.app.model import get_target
 from specviz.app.sidebar import page_setup
@@ -139,19 +140,6 @@ def before_and_after(tr_):
     st.html(committed_html(tr_, L))
 
 
-def clicked(chart_key: str):
-    """Node id clicked in the chart `chart_key` (read before drawing, as on the Decode page)."""
-    state = st.session_state.get(chart_key)
-    try:
-        pts = state["selection"]["points"] if state else []
-    except (KeyError, TypeError):
-        pts = []
-    if not pts or pts[0].get("customdata") is None:
-        return None
-    cd = pts[0]["customdata"]
-    return int(cd[0] if isinstance(cd, (list, tuple)) else cd)
-
-
 def tree_chart(tr_, chart_key, reveal=True, selected=None, height=None, show_p=None):
     fig = tree_figure(tr_, L, selected=selected, reveal=reveal, height=height, show_p=show_p)
     st.plotly_chart(fig, key=chart_key, on_select="rerun", selection_mode="points", config=CFG)
@@ -191,14 +179,14 @@ if sid == "s1":
 elif sid == "s2":
     d = max(n.depth for n in trace.nodes)
     st.markdown(tr("lesson.s2.body", d=d, n=len(trace.nodes) - 1))
-    sel = clicked(f"l_tree2{sfx}")
+    sel = clicked_node(f"l_tree2{sfx}")
     tree_chart(trace, f"l_tree2{sfx}", reveal=False, selected=sel)
     pq_beside_table(trace, sel, "draft", "l_pq2")
     provenance(rec)
 
 elif sid == "s3":
     st.markdown(tr("lesson.s3.body", n=len(trace.nodes)))
-    sel = clicked(f"l_tree3{sfx}")
+    sel = clicked_node(f"l_tree3{sfx}")
     sel = sel if sel is not None and 0 <= sel < len(trace.nodes) else None
     cols = st.columns([2, 3])
     with cols[0]:
@@ -216,7 +204,7 @@ elif sid == "s4":
     c = {int(k): float(v) for k, v in machine["forward_ms"].items()}
     r_n = pass_ratio(c, len(trace.nodes))
     st.markdown(tr("lesson.s4.body", ms=r_n * c[min(c)], r=r_n, n=len(trace.nodes)))
-    sel = clicked(f"l_tree4{sfx}")
+    sel = clicked_node(f"l_tree4{sfx}")
     tree_chart(trace, f"l_tree4{sfx}", reveal=False, selected=sel, show_p=True)
     pq_beside_table(trace, sel, "verify", "l_pq4")
     provenance(rec)
