@@ -105,6 +105,24 @@ S: dict[str, tuple[str, str]] = {
         "因此输出与目标模型单独生成时完全相同，只是更快。本应用中的一切都由真实引擎在真实模型上实时计算。",
     ),
     "home.result": ("Result", "结果"),
+    "home.demo_title": ("One real round", "一个真实的轮次"),
+    "home.demo_lead": (
+        "The EAGLE-3 head guessed a **tree** of {n} tokens ({d} levels deep); the target checked all of them in **one** pass. "
+        "The green path ({acc} tokens) matched what the target would have written itself, so this round added **{k} tokens** "
+        "for one target pass (the last one comes from the target: the correction or bonus token). Red nodes were tried and rejected; grey ones were never needed.",
+        "EAGLE-3 草稿头猜出了一棵 {n} 个 token 的**树**（{d} 层深）；目标模型用**一次**前向检查了全部猜测。"
+        "绿色路径（{acc} 个 token）与目标模型自己会写出的内容一致，因此这一轮只用一次目标前向就得到了 **{k} 个 token**"
+        "（最后一个来自目标模型本身：纠正 token 或附加 token）。红色节点被尝试后拒绝；灰色节点无需检查。",
+    ),
+    "home.demo_caption": (
+        "Recorded by the engine (greedy, fp32) from the shipped EAGLE-3 head on the prompt “{prompt}”; a test replays it live and gets the identical round.",
+        "由引擎录制（贪心解码，fp32），使用随附的 EAGLE-3 草稿头，提示词为“{prompt}”；一个测试会实时重放它并得到完全相同的一轮。",
+    ),
+    "home.demo_link": (
+        "Walk through it step by step on the [Lesson](/lesson) page, or step through your own rounds on [Decode round](/decode).",
+        "在[课程](/lesson)页面逐步讲解这一轮，或在[解码轮次](/decode)页面逐轮运行你自己的提示词。",
+    ),
+    "home.try_title": ("Try it on your own prompt", "用你自己的提示词试试"),
     "home.accepted_lead": (
         "**τ = {tau:.2f}** tokens per target pass: {acc} of {n} tokens were drafted and accepted (green); the other {rest} came from the target's own pass (the token it adds each round).",
         "**τ = {tau:.2f}**：每次目标模型前向产生的 token 数。{n} 个 token 中有 {acc} 个是草稿提出并被接受的（绿色）；其余 {rest} 个来自目标模型自己的那一次前向（每轮额外给出的 token）。",

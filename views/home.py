@@ -5,17 +5,42 @@ from __future__ import annotations
 import streamlit as st
 
 from specviz import SpecVizError
+from specviz import lesson as LS
 from specviz.app.model import device_name, get_target
 from specviz.app.methods import method_label
 from specviz.app.prompts import current_prompt, prompt_box
 from specviz.app.session import run_generation
 from specviz.app.sidebar import current_method_ok, page_setup
 from specviz.app.state import lang, settings, tr
-from specviz.viz import colored_text_html, legend_html, token_sources
+from specviz.viz import colored_text_html, legend_html, token_sources, tree_figure
+from specviz.viz.round import committed_html
 
 page_setup()
 st.title(tr("home.title"))
 st.markdown(tr("home.idea"))
+
+
+@st.cache_resource(show_spinner=False)
+def _recorded_round():
+    """The lesson's recorded EAGLE-3 round: a real branching tree on screen before anything runs."""
+    try:
+        return LS.load_round("eagle3-greedy")
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+demo = _recorded_round()
+if demo is not None:
+    st.subheader(tr("home.demo_title"))
+    d_tr = demo.trace
+    st.markdown(tr("home.demo_lead", n=len(d_tr.nodes) - 1, d=max(n.depth for n in d_tr.nodes), acc=len(d_tr.accepted_nodes),
+                   k=len(d_tr.committed)))
+    st.plotly_chart(tree_figure(d_tr, lang()), key="home_demo_tree", config={"displaylogo": False})
+    st.html(committed_html(d_tr, lang()))
+    st.caption(tr("home.demo_caption", prompt=demo.spec["prompt"]))
+    st.markdown(tr("home.demo_link"))
+    st.divider()
+    st.subheader(tr("home.try_title"))
 
 target = get_target()
 prompt = prompt_box("home")
