@@ -207,11 +207,11 @@ def test_scored_labels_are_the_targets_own_distribution():
 def test_exported_conversations_keep_the_order(tmp_path, monkeypatch):
     """The portable copy a GPU run reads holds the same conversations in the same order (so the same
     held-out split), texts cut at max_chars."""
-    import specviz.train.data as data_mod
+    import specviz.train.sources as sources_mod
     from specviz.train.sources import export_conversations, load_conversations, read_conversations
 
     raw = [[(f"question number {i} is here", f"answer {i} " * 5), (f"follow-up {i}?", "ok")] for i in range(12)]
-    monkeypatch.setattr(data_mod, "iter_sharegpt", lambda: iter(_records(raw)))
+    monkeypatch.setattr(sources_mod, "iter_sharegpt", lambda: iter(_records(raw)))
     assert export_conversations(tmp_path / "c.json.gz", limit=5, max_chars=20) == 5
     want = [[(h[:20], g[:20]) for h, g in c] for c in load_conversations(_records(raw))[:5]]
     assert read_conversations(tmp_path / "c.json.gz") == want

