@@ -14,7 +14,6 @@ import datetime as dt
 import gzip
 import importlib.util
 import json
-import statistics
 import sys
 import time
 from collections import defaultdict

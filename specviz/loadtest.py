@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from .app.methods import METHODS, make_drafter
+from .app.methods import APP_METHODS, make_drafter
 from .app.prompts import EXAMPLES, prompt_ids
 from .app.state import DEFAULTS, sampling_params
 from .concurrency import server_threads
@@ -298,7 +298,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3, help="Next-round presses per session before the replay")
-    ap.add_argument("--method", default="pld", choices=METHODS, help="the decoding method every session uses")
+    ap.add_argument("--method", default="pld", choices=APP_METHODS, help="the decoding method every session uses")
     ap.add_argument("--page", default="decode", choices=list(PAGES),
                     help="decode: Start, Next round xN, Replay (each round checked against a solo run); "
                          "lesson: Next step xN (recorded rounds); compare: Run xN")

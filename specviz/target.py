@@ -255,7 +255,6 @@ class TargetModel:
         normed last hidden state. The new K/V stay pending until `cache.commit`.
         `blocks=False` forces the dense weights (to compare costs; the results agree to ~1e-5).
         """
-        cfg = self.cfg
         if tokens.dim() == 1:
             tokens = tokens[None]
         tokens = tokens.to(self.device)
@@ -320,7 +319,7 @@ class TargetModel:
         B, T = tokens.shape
         L = cache.length
         mask, causal = self._mask(cache, B, T, tree_mask)
-        nh, nkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        nh, nkv = cfg.n_heads, cfg.n_kv_heads
         x = F.embedding(tokens, self.embed)
 
         def attend(i, q, k, v):

@@ -203,11 +203,6 @@ def test_free(server, browser):
 
 def test_lossless(server, browser):
     open_page(browser, f"{server}/lossless?variant=no-rejection")
-    try:
-        import specviz.lossless  # noqa: F401
-    except ImportError:
-        shot(browser, "lossless")
-        return
     click_button(browser, "Run the check")
     idle(browser, timeout=400)
     no_errors(browser)

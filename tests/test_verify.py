@@ -76,7 +76,6 @@ def test_deterministic_rule_certain_and_impossible_children():
 
 
 def test_sampled_rule_accepts_always_when_q_equals_p():
-    V = 5
     pr = torch.tensor([0.1, 0.2, 0.3, 0.25, 0.15])
     tree = DraftTree.chain(0, [2, 3], q=[0.3, 0.2], dists={0: pr, 1: pr, 2: pr}, sampled=True)
     p = torch.stack([pr, pr, pr])
@@ -89,7 +88,6 @@ def test_sampled_rule_accepts_always_when_q_equals_p():
 
 
 def test_sampled_rule_residual_excludes_rejected_mass():
-    V = 3
     p0 = torch.tensor([0.5, 0.5, 0.0])
     q0 = torch.tensor([0.0, 0.0, 1.0])  # drafts token 2 which the target never produces
     tree = DraftTree.chain(0, [2], q=[1.0], dists={0: q0}, sampled=True)

@@ -13,7 +13,7 @@ from specviz import SpecVizError
 from specviz import measured
 from specviz.app.gate import heavy_work
 from specviz.app.measure import measure_forward
-from specviz.app.methods import EAGLE, METHODS, make_drafter, method_label, method_status, status_note
+from specviz.app.methods import EAGLE, APP_METHODS, make_drafter, method_label, method_status, status_note
 from specviz.app.model import device_name, get_target
 from specviz.app.prompts import current_prompt, prompt_box, prompt_ids
 from specviz.app.session import run_generation
@@ -107,8 +107,8 @@ with tab_speed:
     target = get_target()
     s = settings()
     prompt = prompt_box("compare")
-    status = {m: method_status(m, s["dtype"]) for m in METHODS}
-    avail = [m for m in METHODS if status[m][0]]
+    status = {m: method_status(m, s["dtype"]) for m in APP_METHODS}
+    avail = [m for m in APP_METHODS if status[m][0]]
     for m in EAGLE + ["sps", "medusa"]:
         if not status[m][0]:
             st.caption(f"{method_label(m)}: {tr('sb.unavailable', note=status_note(status[m][1]))}")

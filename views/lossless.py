@@ -7,6 +7,7 @@ import streamlit as st
 from specviz import SpecVizError
 from specviz.app.gate import heavy_work
 from specviz.app.methods import make_drafter, method_label, method_status
+from specviz.methods import TOY_METHODS
 from specviz.app.model import get_target
 from specviz.app.prompts import prompt_ids
 from specviz.app.session import run_generation
@@ -37,7 +38,7 @@ if "loss_prompt" not in st.session_state:
 st.text_area(tr("c.prompt"), key="loss_prompt", height=70, max_chars=4000, persist_state="session")
 st.caption(tr("loss.prompt_hint"))
 
-TOY = ["toy-sps", "toy-specinfer", "toy-topk"]
+TOY = list(TOY_METHODS)  # the check's weightless toy drafters, from the one registry
 s = settings()
 engine_methods = [m for m in ("eagle3", "eagle2", "eagle1", "medusa", "sps", "pld") if method_status(m, s["dtype"])[0]]
 options = engine_methods + TOY

@@ -9,8 +9,8 @@ from .. import SpecVizError
 from .. import methods as registry
 from .state import DEFAULTS, tr
 
-METHODS = list(registry.ENGINE_METHODS)
-EAGLE = [m for m in METHODS if m.startswith("eagle")]
+APP_METHODS = list(registry.ENGINE_METHODS)  # the sidebar's choices: the registry's engine methods, in its order
+EAGLE = [m for m in APP_METHODS if m.startswith("eagle")]
 BEST_FIRST = ["eagle3", "eagle2", "eagle1", "medusa", "sps", "pld", "vanilla"]  # the default: the first that runs
 
 

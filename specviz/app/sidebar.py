@@ -9,7 +9,7 @@ from .. import SpecVizError
 from .. import methods as registry
 from ..i18n import LANGS
 from .gate import heavy_work
-from .methods import METHODS, best_available, method_label, method_status, status_note
+from .methods import APP_METHODS, best_available, method_label, method_status, status_note
 from .model import device_label, get_target, load_model_from_ui
 from .state import DEFAULTS, settings, tr
 
@@ -17,7 +17,7 @@ from .state import DEFAULTS, settings, tr
 _PARSERS = {
     "lang": lambda v: v if v in ("en", "zh") else None,
     "dtype": lambda v: v if v in ("fp32", "bf16") else None,
-    "method": lambda v: v if v in METHODS else None,
+    "method": lambda v: v if v in APP_METHODS else None,
     "temperature": lambda v: min(2.0, max(0.0, round(float(v) / 0.05) * 0.05)),
     "top_k": lambda v: min(1000, max(0, int(v))),
     "top_p": lambda v: min(1.0, max(0.05, round(float(v) / 0.05) * 0.05)),
@@ -133,9 +133,9 @@ def render_sidebar() -> None:
             if msg:
                 (st.error if msg[0] == "error" else st.success)(msg[1])
         st.radio(tr("sb.dtype"), ["fp32", "bf16"], key="w_dtype", on_change=_copy, args=("dtype",), horizontal=True, help=tr("sb.dtype_help"))
-        status = {m: method_status(m, ss["dtype"]) for m in METHODS}
-        captions = ["" if ok else tr("sb.unavailable", note=status_note(note)) for ok, note in (status[m] for m in METHODS)]
-        st.radio(tr("sb.method"), METHODS, format_func=method_label, captions=captions, key="w_method", on_change=_copy, args=("method",))
+        status = {m: method_status(m, ss["dtype"]) for m in APP_METHODS}
+        captions = ["" if ok else tr("sb.unavailable", note=status_note(note)) for ok, note in (status[m] for m in APP_METHODS)]
+        st.radio(tr("sb.method"), APP_METHODS, format_func=method_label, captions=captions, key="w_method", on_change=_copy, args=("method",))
 
         st.markdown(f"### {tr('sb.sampling')}")
         st.slider(tr("sb.temperature"), 0.0, 2.0, step=0.05, key="w_temperature", on_change=_copy, args=("temperature",))

@@ -41,7 +41,6 @@ exit 0/1; bad input exits 2)::
 """
 
 from ..drafters.toy import ToyDrafter, widths_is_chain
-from ..methods import TOY_METHODS
 from .cli import DEFAULT_PROMPT, format_result, main
 from .empirical import (
     CheckResult,
@@ -57,10 +56,8 @@ from .empirical import (
 from .exact import PrefixModel, exact_dist_k, exact_first_token_dist, exact_max_diff
 from .oracle import EngineProposer, TargetOracle, node_prefixes
 
-METHODS = TOY_METHODS  # the check's own drafters; every engine method of specviz.methods works too
-
 __all__ = [
-    "CheckResult", "DEFAULT_PROMPT", "EngineProposer", "METHODS", "PrefixModel", "SpecStats", "TargetOracle",
+    "CheckResult", "DEFAULT_PROMPT", "EngineProposer", "PrefixModel", "SpecStats", "TargetOracle",
     "ToyDrafter", "compare_histograms", "exact_at_prompt", "exact_dist_k", "exact_first_token_dist",
     "exact_max_diff", "format_result", "main", "make_drafter", "node_prefixes", "run_check",
     "speculative_samples", "torch_threads", "vanilla_samples", "widths_is_chain",
