@@ -43,6 +43,7 @@ STRIP = [
     re.compile(r"<[^>]*>[^<]*"),  # HTML: the token-colouring spans hold model text
     re.compile(r"“[^”]*”|\"[^\"]*\"|'[^']*'"),  # quoted token text
     re.compile(r"https?://\S+"),
+    re.compile(r"\]\([^)]*\)"),  # a markdown link's target (the page path), not its visible text
     re.compile(r"[\w./-]*\.(?:py|json|jsonl|md|html|safetensors)\b"),  # file names
     re.compile(r"\b(?:[\w.-]+/)+(?=[^\w]|$)"),  # folders such as assets/curves/
     re.compile(r"\b[a-z]+_[a-z_0-9]+\b"),  # identifiers (specbench_fp32_t0, draft_ms)
