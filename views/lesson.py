@@ -13,7 +13,7 @@ from specviz import lesson as LS
 from specviz.i18n import t
 from specviz.app.clicks import clicked_node
 from specviz.app.gate import heavy_work
-from specviz.app.model import get_target
+from specviz.app.model import load_shared_target
 from specviz.app.sidebar import page_setup
 from specviz.app.state import lang, tr
 from specviz.viz import EXTRA_ID, ancestors, node_pq_figure, show_token, tree_figure
@@ -86,10 +86,6 @@ def _live_state() -> dict:
 def recorded_target():
     """The model the recordings were made with (the default model in fp32), whatever the sidebar
     has loaded: a replay in another precision or of another model could not match."""
-    try:
-        from specviz.app.model import load_shared_target
-    except ImportError:  # before the app package split
-        return get_target()
     with st.spinner("…"):
         return load_shared_target("fp32", None)
 

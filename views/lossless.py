@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from specviz import SpecVizError
+from specviz import SpecVizError, bugs, lossless
 from specviz.app.gate import heavy_work
 from specviz.app.methods import make_drafter, method_label, method_status
 from specviz.methods import TOY_METHODS
@@ -20,12 +20,6 @@ page_setup()
 L = lang()
 st.title(tr("loss.title"))
 st.markdown(tr("loss.intro"))
-
-try:
-    from specviz import bugs, lossless
-except ImportError:
-    st.info(tr("loss.pending"))
-    st.stop()
 
 target = get_target()
 if target is None:

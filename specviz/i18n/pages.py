@@ -163,10 +163,6 @@ STRINGS: dict[str, tuple[str, str]] = {
     "loss.exact_p": ("exact target p", "精确目标 p"),
     "loss.vanilla": ("vanilla", "普通解码"),
     "loss.spec": ("speculative", "推测解码"),
-    "loss.pending": (
-        "The losslessness module (specviz.lossless) is not in this build yet; this page will run it as soon as it lands.",
-        "无损性模块（specviz.lossless）尚未加入此版本；一旦加入，本页即可运行。",
-    ),
     "loss.bug_zoo": ("Bug zoo: real mistakes, caught by the same test", "常见错误示例：真实出现过的错误，同一检验即可发现"),
     "loss.greedy_note": ("Temperature is 0 (greedy): the check is token-identity against vanilla.", "温度为 0（贪心）：检查与普通解码的 token 是否完全一致。"),
     "loss.greedy_identical": ("Greedy speculative output identical to vanilla: {same}", "贪心推测解码输出与普通解码一致：{same}"),
