@@ -91,26 +91,16 @@ def test_training_resumes(tiny, tmp_path):
 
 
 # --------------------------------------------------------------------------- sources: every turn, scored answers
-def _chat_tokenizer():
-    from specviz.loading import cache_root
-    from specviz.tokenizer import ChatTokenizer
-
-    folders = sorted((cache_root() / "models").glob("*/tokenizer.json"))
-    if not folders:
-        pytest.skip("the default model's tokenizer is not converted yet (load the target once)")
-    return ChatTokenizer(folders[0].parent)
-
-
 def _records(convs):
     return [{"conversations": [t for h, g in c for t in ({"from": "human", "value": h}, {"from": "gpt", "value": g})]}
             for c in convs]
 
 
-def test_every_turn_is_a_chat_template_context_without_heldout_or_benchmark_prompts():
+def test_every_turn_is_a_chat_template_context_without_heldout_or_benchmark_prompts(target):
     from specviz.examples import EXAMPLE_PROMPTS
     from specviz.train.sources import benchmark_texts, load_conversations, split_items
 
-    tok = _chat_tokenizer()
+    tok = target.tokenizer  # the default model's chat tokenizer (converted on first load)
     bench = EXAMPLE_PROMPTS[0]
     raw = [
         [("Name three primary colours please.", "Red, blue and yellow."), ("And secondary ones?", "Green, orange, purple.")],
