@@ -6,18 +6,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..i18n import t
+from ..machine import interpolate  # the one piecewise-linear reader of a measured cost curve
 from .figures import LEGEND_TOP
-
-
-def interpolate(curve: dict[int, float], n: float) -> float:
-    """Piecewise-linear read of a measured {tokens: ms} curve, clamped at its ends."""
-    xs = sorted(curve)
-    if n <= xs[0]:
-        return curve[xs[0]]
-    for a, b in zip(xs, xs[1:]):
-        if n <= b:
-            return curve[a] + (curve[b] - curve[a]) * (n - a) / (b - a)
-    return curve[xs[-1]]
 
 
 def pass_ratio(curve: dict[int, float], n: int) -> float:
