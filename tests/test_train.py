@@ -90,6 +90,26 @@ def test_training_resumes(tiny, tmp_path):
     assert info["steps"] == 10
 
 
+@pytest.mark.parametrize("method", ["eagle3", "eagle1"])
+def test_init_fine_tunes_an_exported_head(tiny, tmp_path, method):
+    """--init starts from the exported weights (and EAGLE-3's draft vocabulary), not from a fresh head."""
+    model, data = tiny
+    kw = dict(method=method, data_dir=str(data), lr=3e-3, warmup=3, max_tokens=256, draft_vocab=96, steps_ttt=2,
+              log_every=5)
+    first, _ = train(TrainConfig(out=str(tmp_path / "a"), ckpt_dir=str(tmp_path / "cka"), max_steps=20, **kw),
+                     model=model, log=lambda s: None)
+    start = load_head(tmp_path / "a", target=model)
+    zero_steps = TrainConfig(out=str(tmp_path / "b"), ckpt_dir=str(tmp_path / "ckb"), max_steps=0, **kw)
+    zero_steps.max_steps, zero_steps.minutes = 0, 0.0  # no optimiser step: the export must equal the init
+    again, _ = train(TrainConfig(**{**zero_steps.__dict__, "init": str(tmp_path / "a")}), model=model,
+                     log=lambda s: None)
+    for (name, a), b in zip(start.state_dict().items(), again.state_dict().values()):
+        assert torch.equal(a.float(), b.float().cpu()), name
+    with pytest.raises(Exception, match="not medusa"):
+        train(TrainConfig(**{**zero_steps.__dict__, "method": "medusa", "init": str(tmp_path / "a")}), model=model,
+              log=lambda s: None)
+
+
 # --------------------------------------------------------------------------- sources: every turn, scored answers
 def _records(convs):
     return [{"conversations": [t for h, g in c for t in ({"from": "human", "value": h}, {"from": "gpt", "value": g})]}

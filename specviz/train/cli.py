@@ -56,6 +56,7 @@ def main(argv=None):
         t.add_argument("--autocast", action="store_true", help="bf16 autocast")
         t.add_argument("--threads", type=int, default=0)
         t.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
+        t.add_argument("--init", default="", help="fine-tune from this head folder (e.g. the shipped one) instead of a fresh head")
     t = sub.add_parser("sps", help="distil the small SpS draft model (a Hugging Face Llama)")
     t.add_argument("--data", default=None)
     t.add_argument("--out", default=None)
@@ -113,7 +114,7 @@ def main(argv=None):
                 ckpt_dir=ck, minutes=args.minutes, max_steps=args.max_steps, lr=args.lr, max_tokens=args.max_tokens,
                 steps_ttt=args.ttt_steps, draft_vocab=args.draft_vocab, medusa_heads=args.medusa_heads,
                 device=args.device or ("cuda" if torch.cuda.is_available() else "cpu"), autocast=args.autocast,
-                eval_every=args.eval_every,
+                eval_every=args.eval_every, init=args.init,
             )
             train(cfg)
             print(f"head exported to {cfg.out}")

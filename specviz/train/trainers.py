@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from .. import SpecVizError
 from ..heads.eagle import Eagle1Head, Eagle3Head, head_config_from_target
-from ..heads.io import save_head
+from ..heads.io import _read_state, detect_method, load_head, save_head
 from ..heads.medusa import MedusaHeads
 from ..target import load_target
 from .batches import Batch, batches, draft_vocab, index_map, make_batch, soft_ce, token_frequencies
@@ -52,6 +52,7 @@ class TrainConfig:
     max_shards: int = 0
     eval_every: int = 0
     log_every: int = 10
+    init: str = ""  # a head folder to fine-tune from (its weights and draft vocabulary), instead of a fresh head
     extra: dict = field(default_factory=dict)
 
 
@@ -76,6 +77,18 @@ def build_head(method, tcfg, cfg: TrainConfig, data: SeqData, target_model):
                                 medusa_num_heads=cfg.medusa_heads, medusa_num_layers=1, shared_lm_head=True))
     else:
         raise SpecVizError(f"Unknown head {method!r}: choose eagle1, eagle3 or medusa.")
+    return head
+
+
+def init_head(folder, tcfg, method):
+    """A shipped head to fine-tune: more data should refine what 110 CPU minutes learnt, not restart it.
+
+    The EAGLE-3 head keeps its own draft vocabulary (d2t), so its LM-head rows stay meaningful."""
+    found = detect_method(_read_state(Path(folder)))
+    if found != method:
+        raise SpecVizError(f"--init {folder} holds a {found} head, not {method}.")
+    head = load_head(folder, target_cfg=tcfg, dtype=torch.float32)
+    head.train()
     return head
 
 
@@ -231,7 +244,8 @@ def train(cfg: TrainConfig, log=print, model=None):
     held = SeqData(cfg.data_dir, "heldout", taps=taps, max_shards=cfg.max_shards or None)
     log(f"data: {len(data)} train sequences ({data.n_tokens()} tokens, {data.n_response()} response positions), "
         f"{len(held)} held-out; loaded in {time.time() - t_load:.0f} s")
-    head = build_head(cfg.method, tcfg, cfg, data, model).to(dev)
+    head = init_head(cfg.init, tcfg, cfg.method) if cfg.init else build_head(cfg.method, tcfg, cfg, data, model)
+    head = head.to(dev)
     embed = model.embed.to(dev)
     head.bind(embed, embed if tcfg.tie_embeddings else model.lm_head.to(dev))
     opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95),
