@@ -75,8 +75,10 @@ def main(argv=None) -> int:
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     old = json.loads(path.read_text()) if path.is_file() else {}
-    if old.get("command") == out["command"]:  # same conditions: keep the methods recorded before
+    if old.get("command") == out["command"]:  # same conditions: keep the methods recorded before (and how)
         out["methods"] = {**old.get("methods", {}), **out["methods"]}
+        if "note" in old:
+            out["note"] = old["note"]
     path.write_text(json.dumps(out, separators=(",", ":")))
     print(f"wrote {path}")
     return 0
