@@ -26,7 +26,7 @@
 namespace {
 
 constexpr int64_t ROWS_PER_TASK = 32;
-constexpr int MAX_TOKENS = 8;  // tokens held in registers at once
+constexpr int64_t PREFETCH_TILES = 4;
 
 // Block decoders: weights j and j+16 of a 32-weight block into two 16-lane halves, rounded as
 // gguf-py rounds them. `Q` is the quantised element, QB its count per block, SB scales per block.
@@ -34,13 +34,15 @@ struct Q41 {
     using Q = uint8_t;
     static constexpr int64_t QB = 16, SB = 2;  // 32 nibbles; d, m
 #if defined(__AVX512F__)
+    // The 16 values a nibble can stand for, d*q + m for q = 0..15 (the same two roundings), looked
+    // up per lane: one multiply and one add per block instead of one per half, and no conversions.
     static inline void decode(const Q* q, const float* s, __m512& lo, __m512& hi) {
-        const __m128i low4 = _mm_set1_epi8(0x0F);
+        const __m512 nibbles = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m512 table = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(s[0]), nibbles), _mm512_set1_ps(s[1]));
         const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-        const __m512 d = _mm512_set1_ps(s[0]), m = _mm512_set1_ps(s[1]);
-        lo = _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw, low4)))), m);
-        hi = _mm512_add_ps(
-            _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), low4)))), m);
+        // permutexvar reads only the low 4 bits of each index: no masking needed
+        lo = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(raw), table);
+        hi = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_srli_epi16(raw, 4)), table);
     }
 #endif
     static inline void decode(const Q* q, const float* s, float* lo, float* hi) {
@@ -69,6 +71,74 @@ struct Q80 {
     }
 };
 
+#if defined(__AVX512F__)
+// y[t, n] for R rows from n0 and TT tokens: a register tile of R x TT x 2 accumulators. Each block
+// of the R rows is decoded once and each 16-float half of a token's x is loaded once for all R
+// rows, so a block costs R decodes + 2 TT loads for 2 R TT multiply-adds (R = 1 loads once per
+// multiply-add, which is what the load port of a Zen 4 core can just sustain). Every (row, token)
+// still sums lanes j and j + 16 in block order and then reduces them as the single-row loop did, so
+// the numbers do not depend on R, TT or the pass length.
+template <class D, int R, int TT>
+inline void tile(const float* x, int64_t K, const typename D::Q* qs, const float* sc, int64_t n0, float* y,
+                 int64_t ldy) {
+    const int64_t nb = K / 32;
+    const typename D::Q* q[R];
+    const float* s[R];
+    for (int r = 0; r < R; ++r) {
+        q[r] = qs + (n0 + r) * nb * D::QB;
+        s[r] = sc + (n0 + r) * nb * D::SB;
+    }
+    // the rows PREFETCH_TILES tiles further on, a slice per block (addresses only: prefetches never fault)
+    const uintptr_t ahead_q = PREFETCH_TILES * R * nb * D::QB * sizeof(*q[0]), ahead_s = PREFETCH_TILES * R * nb * D::SB * 4;
+    __m512 lo[R][TT], hi[R][TT];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; ++t) lo[r][t] = hi[r][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        __m512 wlo[R], whi[R];
+        if constexpr (R > 1) {  // rows are read side by side, which the hardware prefetcher misses
+            _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(q[0]) + ahead_q + b * R * D::QB * sizeof(*q[0])),
+                         _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(s[0]) + ahead_s + b * R * D::SB * 4),
+                         _MM_HINT_T0);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) D::decode(q[r] + b * D::QB, s[r] + b * D::SB, wlo[r], whi[r]);
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; ++t) {
+            const float* xt = x + t * K + b * 32;
+            __m512 xlo = _mm512_loadu_ps(xt), xhi = _mm512_loadu_ps(xt + 16);
+            if constexpr (R > 1) {  // keep x in a register: else gcc folds one load into every multiply-add
+                asm("" : "+v"(xlo));
+                asm("" : "+v"(xhi));
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                lo[r][t] = _mm512_fmadd_ps(xlo, wlo[r], lo[r][t]);
+                hi[r][t] = _mm512_fmadd_ps(xhi, whi[r], hi[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; ++t) y[t * ldy + n0 + r] = _mm512_reduce_add_ps(_mm512_add_ps(lo[r][t], hi[r][t]));
+}
+
+// Row tiles of TILE_ROWS (the last rows one by one) for TT tokens.
+template <class D, int TT>
+void rows(const float* x, int64_t K, const typename D::Q* qs, const float* sc, int64_t n0, int64_t n1, float* y,
+          int64_t ldy) {
+    constexpr int R = 2;  // 2 R TT accumulators + 2 R weights + 2 x: up to TT = 6 in 32 registers
+    int64_t n = n0;
+    for (; n + R <= n1; n += R) tile<D, R, TT>(x, K, qs, sc, n, y, ldy);
+    for (; n < n1; ++n) tile<D, 1, TT>(x, K, qs, sc, n, y, ldy);
+}
+constexpr int MAX_TOKENS = 6;  // tokens in one register tile
+#else  // portable: 16-lane arrays the compiler vectorises with whatever the CPU has
+constexpr int MAX_TOKENS = 8;
+
 // y[t, n] for rows [n0, n1) and TT tokens: each block is decoded once and used for every token;
 // every (row, token) sum runs in the same order whatever TT is.
 template <class D, int TT>
@@ -78,20 +148,6 @@ void rows(const float* x, int64_t K, const typename D::Q* qs, const float* sc, i
     for (int64_t n = n0; n < n1; ++n) {
         const typename D::Q* q = qs + n * nb * D::QB;
         const float* s = sc + n * nb * D::SB;
-#if defined(__AVX512F__)
-        __m512 lo_acc[TT], hi_acc[TT];
-        for (int t = 0; t < TT; ++t) lo_acc[t] = hi_acc[t] = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b) {
-            __m512 wlo, whi;
-            D::decode(q + b * D::QB, s + b * D::SB, wlo, whi);
-            for (int t = 0; t < TT; ++t) {
-                const float* xt = x + t * K + b * 32;
-                lo_acc[t] = _mm512_fmadd_ps(_mm512_loadu_ps(xt), wlo, lo_acc[t]);
-                hi_acc[t] = _mm512_fmadd_ps(_mm512_loadu_ps(xt + 16), whi, hi_acc[t]);
-            }
-        }
-        for (int t = 0; t < TT; ++t) y[t * ldy + n] = _mm512_reduce_add_ps(_mm512_add_ps(lo_acc[t], hi_acc[t]));
-#else  // portable: 16-lane arrays the compiler vectorises with whatever the CPU has
         float lo_acc[TT][16], hi_acc[TT][16];
         std::memset(lo_acc, 0, sizeof lo_acc);
         std::memset(hi_acc, 0, sizeof hi_acc);
@@ -111,8 +167,18 @@ void rows(const float* x, int64_t K, const typename D::Q* qs, const float* sc, i
             for (int j = 0; j < 16; ++j) sum += lo_acc[t][j] + hi_acc[t][j];
             y[t * ldy + n] = sum;
         }
-#endif
     }
+}
+#endif
+
+// rows<D, tt> for a run-time tt in 1..TT
+template <class D, int TT>
+inline void rows_of(int64_t tt, const float* x, int64_t K, const typename D::Q* qs, const float* sc, int64_t n0,
+                    int64_t n1, float* y, int64_t ldy) {
+    if constexpr (TT > 1) {
+        if (tt < TT) return rows_of<D, TT - 1>(tt, x, K, qs, sc, n0, n1, y, ldy);
+    }
+    rows<D, TT>(x, K, qs, sc, n0, n1, y, ldy);
 }
 
 // y [T, N] = x [T, K] @ W^T, rows split over threads, tokens in register-sized groups.
@@ -124,20 +190,14 @@ void run(const float* x, int64_t T, int64_t K, const typename D::Q* qs, const fl
     for (int64_t task = 0; task < tasks; ++task) {
         const int64_t n0 = task * ROWS_PER_TASK;
         const int64_t n1 = n0 + ROWS_PER_TASK < N ? n0 + ROWS_PER_TASK : N;
-        for (int64_t t0 = 0; t0 < T; t0 += MAX_TOKENS) {
-            const int64_t tt = T - t0 < MAX_TOKENS ? T - t0 : MAX_TOKENS;
+        // token groups of near-equal size (8 = 4 + 4, not 6 + 2): small groups waste the decodes
+        const int64_t groups = (T + MAX_TOKENS - 1) / MAX_TOKENS;
+        for (int64_t g = 0, t0 = 0; g < groups; ++g) {
+            const int64_t tt = T / groups + (g < T % groups ? 1 : 0);
             const float* xt = x + t0 * K;
             float* yt = y + t0 * N;
-            switch (tt) {
-                case 1: rows<D, 1>(xt, K, qs, sc, n0, n1, yt, N); break;
-                case 2: rows<D, 2>(xt, K, qs, sc, n0, n1, yt, N); break;
-                case 3: rows<D, 3>(xt, K, qs, sc, n0, n1, yt, N); break;
-                case 4: rows<D, 4>(xt, K, qs, sc, n0, n1, yt, N); break;
-                case 5: rows<D, 5>(xt, K, qs, sc, n0, n1, yt, N); break;
-                case 6: rows<D, 6>(xt, K, qs, sc, n0, n1, yt, N); break;
-                case 7: rows<D, 7>(xt, K, qs, sc, n0, n1, yt, N); break;
-                default: rows<D, 8>(xt, K, qs, sc, n0, n1, yt, N); break;
-            }
+            t0 += tt;
+            rows_of<D, MAX_TOKENS>(tt, xt, K, qs, sc, n0, n1, yt, N);
         }
     }
 }
