@@ -323,3 +323,46 @@ def test_round_figures_are_built_once_per_trace():
     assert cached("tree", a, "zh", build=build) == 2
     assert cached("tree", b, "en", build=build) == 3
     assert len(calls) == 3
+
+
+@pytest.mark.parametrize("method", ["pld", "eagle3", "eagle1", "medusa", "sps", "vanilla"])  # every drafter class
+def test_started_copy_equals_a_fresh_start(target, method):
+    """Decode's Start copies a prototype decoder prefilled once per prompt (specviz.app.prefill):
+    every round and a replay give exactly the traces of a decoder started from scratch, for a
+    greedy and a sampled session with other seeds than the prototype's, and stepping one copy
+    leaves the prototype and the other copy untouched."""
+    from specviz.app import prefill
+    from specviz.app.methods import make_drafter, method_status
+    from specviz.app.prompts import EXAMPLES, prompt_ids
+    from specviz.app.session import started_decoder
+    from specviz.app.state import DEFAULTS, sampling_params
+    from specviz.engine import SpeculativeDecoder
+    from specviz.loadtest import canonical
+
+    if not method_status(method)[0]:
+        pytest.skip(f"{method} has no shipped head here")
+    prefill.clear()
+    ids = prompt_ids(target, EXAMPLES[1])
+
+    def rounds(dec, n=2):
+        out, snaps = [], []
+        for _ in range(n):
+            snaps.append(dec.snapshot())
+            out.append(canonical(dec.step().to_json()))
+        dec.restore(snaps[-1])
+        out.append(canonical(dec.step().to_json()))
+        return out
+
+    settings = [dict(DEFAULTS, method=method, max_new=12, seed=7), dict(DEFAULTS, method=method, max_new=12, seed=8, temperature=0.8, top_p=0.9)]
+    copies = [started_decoder(target, s, ids, sampling_params(s)) for s in settings]  # the second is a copy of the first's prototype
+    assert len(prefill._PROTOS) == 1
+    proto = next(iter(prefill._PROTOS.values()))[1]
+    proto_len = proto.cache.length
+    for s, dec in zip(settings, copies):
+        fresh = SpeculativeDecoder(target, make_drafter(method, target, s), sampling_params(s), seed=s["seed"])
+        fresh.start(ids, s["max_new"])
+        assert rounds(dec) == rounds(fresh)
+    assert proto.cache.length == proto_len and not proto.traces
+    if hasattr(proto.drafter, "head"):
+        assert all(d.drafter.head is proto.drafter.head for d in copies)  # weights shared, not copied
+    prefill.clear()

@@ -9,6 +9,7 @@ import json
 import streamlit as st
 
 from ..engine import SpeculativeDecoder
+from . import prefill
 from .gate import heavy_work
 from .methods import make_drafter, tree_settings_for
 from .prompts import check_prompt, prompt_ids
@@ -52,15 +53,30 @@ def config_key(s: dict, prompt: str) -> tuple:
             float(s["temperature"]), int(s["top_k"]), float(s["top_p"]), int(s["seed"]), int(s["max_new"]), prompt)
 
 
+def started_decoder(target, s: dict, ids: list[int], params) -> SpeculativeDecoder:
+    """A decoder with the prompt prefilled: a copy of the process's prototype for this prompt and
+    draft setting (specviz.app.prefill) where caches are plain tensors, else a fresh start."""
+    def fresh(params=params, seed=int(s["seed"])):
+        dec = SpeculativeDecoder(target, make_drafter(s["method"], target, s), params, seed=seed)
+        dec.start(ids, int(s["max_new"]))
+        return dec
+
+    if not prefill.shareable(target):
+        with heavy_work():
+            return fresh()
+    key = (id(target), s["method"], tuple(sorted(tree_settings_for(s["method"], s).items())), tuple(ids), int(s["max_new"]))
+    with heavy_work():
+        proto = prefill.prototype(key, target, fresh)
+    return prefill.clone_started(proto, params, int(s["seed"]))
+
+
 def start_session(target, s: dict, prompt: str) -> Session:
     """A new sequence with the settings `s`, prefilled; stored as this browser session's "dec"."""
     typed = prompt  # the key compares with what the prompt box holds, cleaned or not
     prompt = check_prompt(prompt)
     params = sampling_params(s)
     ids = prompt_ids(target, prompt)
-    with heavy_work():
-        dec = SpeculativeDecoder(target, make_drafter(s["method"], target, s), params, seed=int(s["seed"]))
-        dec.start(ids, int(s["max_new"]))
+    dec = started_decoder(target, s, ids, params)
     sess = Session(config_key(s, typed), dec, prompt, s["method"], int(s["seed"]))
     st.session_state["dec"] = sess
     return sess
