@@ -276,6 +276,73 @@ inline float exp_approx(float x) {
     return y * scale;
 }
 
+#if defined(__AVX512F__)
+// exp_approx on 16 lanes: the same operations in the same order, so bit for bit the same values.
+inline __m512 exp_approx16(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+    const __m512 n = _mm512_roundscale_ps(
+        _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(0.5f)),
+        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    x = _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f)));
+    x = _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_add_ps(_mm512_mul_ps(y, x), _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_add_ps(_mm512_mul_ps(y, x), _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_add_ps(_mm512_mul_ps(y, x), _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_add_ps(_mm512_mul_ps(y, x), _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_add_ps(_mm512_mul_ps(y, x), _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(y, x), x), x), _mm512_set1_ps(1.0f));
+    const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
+}
+#endif
+
+// p[j] = exp(p[j] - mx), or 0 where p[j] is -inf (a hidden key)
+inline void softmax_numerators(float* p, int64_t S, float mx) {
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    const __m512 m = _mm512_set1_ps(mx), ninf = _mm512_set1_ps(-INFINITY);
+    for (; j + 16 <= S; j += 16) {
+        const __m512 v = _mm512_loadu_ps(p + j);
+        const __mmask16 hidden = _mm512_cmp_ps_mask(v, ninf, _CMP_EQ_OQ);
+        _mm512_storeu_ps(p + j, _mm512_mask_blend_ps(hidden, exp_approx16(_mm512_sub_ps(v, m)), _mm512_setzero_ps()));
+    }
+#endif
+    for (; j < S; ++j) p[j] = p[j] == -INFINITY ? 0.f : exp_approx(p[j] - mx);
+}
+
+// act[i] = silu(gate[i]) * up[i], as gate / (1 + exp(-gate)) * up
+inline void swiglu(const float* gate, const float* up, float* act, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    const __m512i sign = _mm512_set1_epi32(static_cast<int32_t>(0x80000000u));
+    for (; i + 16 <= n; i += 16) {
+        const __m512 g = _mm512_loadu_ps(gate + i);
+        const __m512 e = exp_approx16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(g), sign)));
+        _mm512_storeu_ps(act + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
+                                                _mm512_loadu_ps(up + i)));
+    }
+#endif
+    for (; i < n; ++i) act[i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
+}
+
+#if defined(__AVX512F__)
+// out[:hd] = sum over visible keys j (in order) of (p[j] / sum) * v_j, 16 * NC = hd lanes in registers
+// (the plain loop kept `out` in memory: a store and reload per key)
+template <int NC>
+inline void weighted_values(const float* p, int64_t S, float sum, const float* vals, int64_t hd, float* out) {
+    __m512 acc[NC];
+    for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < S; ++j) {
+        if (p[j] == 0.f) continue;
+        const __m512 w = _mm512_set1_ps(p[j] / sum);
+        const float* v = vals + j * hd;
+        for (int c = 0; c < NC; ++c) acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(w, _mm512_loadu_ps(v + 16 * c)));
+    }
+    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out + 16 * c, acc[c]);
+}
+#endif
+
 // sum of a[i] * b[i] in 16 independent lanes (vectorisable without reordering any lane's sum)
 inline float dot16(const float* a, const float* b, int64_t n) {
     float lanes[16] = {0.f};
@@ -286,6 +353,58 @@ inline float dot16(const float* a, const float* b, int64_t n) {
     for (; i < n; ++i) s += a[i] * b[i];
     for (int l = 0; l < 16; ++l) s += lanes[l];
     return s;
+}
+
+#if defined(__AVX512F__)
+// r[l] = column l of the 16 x 16 matrix whose rows are r[0..15] (four shuffle stages).
+inline void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    // u[4i + c], 128-bit block k: column 4k + c of rows 4i..4i+3
+    for (int i = 0; i < 4; ++i) {
+        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int c = 0; c < 4; ++c) {
+        const __m512 a01 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44), a23 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xEE);
+        const __m512 b01 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44);
+        const __m512 b23 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xEE);
+        t[c] = _mm512_shuffle_f32x4(a01, b01, 0x88);
+        t[4 + c] = _mm512_shuffle_f32x4(a01, b01, 0xDD);
+        t[8 + c] = _mm512_shuffle_f32x4(a23, b23, 0x88);
+        t[12 + c] = _mm512_shuffle_f32x4(a23, b23, 0xDD);
+    }
+    for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+#endif
+
+// out[j] = dot16(q, keys + j * n, n) * scale for 16 keys, n a multiple of 16. With AVX-512 the 16
+// keys' lane sums are transposed so that the 16 serial additions of each key run side by side
+// (same additions in the same order as dot16, so the same numbers).
+inline void dot16_keys(const float* q, const float* keys, int64_t n, float scale, float* out) {
+#if defined(__AVX512F__)
+    __m512 lanes[16];
+    for (int j = 0; j < 16; ++j) {
+        const float* k = keys + j * n;
+        __m512 acc = _mm512_setzero_ps();  // 0 + a*b first, as dot16 (keeps the sign of a zero sum)
+        for (int64_t i = 0; i < n; i += 16)
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(k + i)));
+        lanes[j] = acc;
+    }
+    transpose16(lanes);
+    __m512 s = _mm512_setzero_ps();
+    for (int l = 0; l < 16; ++l) s = _mm512_add_ps(s, lanes[l]);
+    _mm512_storeu_ps(out, _mm512_mul_ps(s, _mm512_set1_ps(scale)));
+#else
+    for (int j = 0; j < 16; ++j) out[j] = dot16(q, keys + j * n, n) * scale;
+#endif
 }
 
 void rms_norm_rows(const float* x, const float* w, float eps, int64_t T, int64_t H, float* out) {
@@ -341,7 +460,13 @@ void layer_forward(const LayerArgs* a, float* x, int64_t T, int64_t L, const flo
         const float* q = qkv + t * W + head * hd;
         std::vector<float> p(S);
         float mx = -INFINITY;
-        for (int64_t j = 0; j < S; ++j) {
+        int64_t j0 = 0;
+        if (hd % 16 == 0)  // the committed keys (always visible), 16 at a time
+            for (; j0 + 16 <= L; j0 += 16) {
+                dot16_keys(q, kcache + (g * max_len + j0) * hd, hd, scale, p.data() + j0);
+                for (int64_t j = j0; j < j0 + 16; ++j) mx = p[j] > mx ? p[j] : mx;
+            }
+        for (int64_t j = j0; j < S; ++j) {
             const bool seen = j < L || (mask ? mask[t * T + (j - L)] != 0 : j - L <= t);
             if (!seen) {
                 p[j] = -INFINITY;
@@ -351,9 +476,20 @@ void layer_forward(const LayerArgs* a, float* x, int64_t T, int64_t L, const flo
             mx = p[j] > mx ? p[j] : mx;
         }
         float sum = 0.f;
-        for (int64_t j = 0; j < S; ++j) p[j] = p[j] == -INFINITY ? 0.f : exp_approx(p[j] - mx);
+        softmax_numerators(p.data(), S, mx);
         for (int64_t j = 0; j < S; ++j) sum += p[j];
         float* out = att + t * qd + head * hd;
+#if defined(__AVX512F__)
+        const float* vals = vcache + g * max_len * hd;
+        if (hd == 64) {
+            weighted_values<4>(p.data(), S, sum, vals, hd, out);
+            continue;
+        }
+        if (hd == 128) {
+            weighted_values<8>(p.data(), S, sum, vals, hd, out);
+            continue;
+        }
+#endif
         for (int64_t d = 0; d < hd; ++d) out[d] = 0.f;
         for (int64_t j = 0; j < S; ++j) {
             if (p[j] == 0.f) continue;
@@ -369,7 +505,7 @@ void layer_forward(const LayerArgs* a, float* x, int64_t T, int64_t L, const flo
     for (int64_t t = 0; t < T; ++t) {
         const float* gate = gu + t * 2 * I;
         const float* up = gate + I;
-        for (int64_t i = 0; i < I; ++i) act[t * I + i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
+        swiglu(gate, up, act + t * I, I);
     }
     matmul(a->w2, act, T, h, threads);
     for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
