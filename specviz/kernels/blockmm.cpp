@@ -333,11 +333,17 @@ template <int NC>
 inline void weighted_values(const float* p, int64_t S, float sum, const float* vals, int64_t hd, float* out) {
     __m512 acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < S; ++j) {
-        if (p[j] == 0.f) continue;
-        const __m512 w = _mm512_set1_ps(p[j] / sum);
-        const float* v = vals + j * hd;
-        for (int c = 0; c < NC; ++c) acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(w, _mm512_loadu_ps(v + 16 * c)));
+    alignas(64) float w[16];
+    for (int64_t j0 = 0; j0 < S; j0 += 16) {
+        const int64_t n = S - j0 < 16 ? S - j0 : 16;
+        const __mmask16 live = static_cast<__mmask16>((1u << n) - 1);  // the divisions, 16 at a time
+        _mm512_store_ps(w, _mm512_div_ps(_mm512_maskz_loadu_ps(live, p + j0), _mm512_set1_ps(sum)));
+        for (int64_t j = j0; j < j0 + n; ++j) {
+            if (p[j] == 0.f) continue;
+            const __m512 wj = _mm512_set1_ps(w[j - j0]);
+            const float* v = vals + j * hd;
+            for (int c = 0; c < NC; ++c) acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(wj, _mm512_loadu_ps(v + 16 * c)));
+        }
     }
     for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out + 16 * c, acc[c]);
 }
@@ -459,22 +465,16 @@ void layer_forward(const LayerArgs* a, float* x, int64_t T, int64_t L, const flo
         const int64_t head = task / T, t = task % T, g = head / rep;
         const float* q = qkv + t * W + head * hd;
         std::vector<float> p(S);
-        float mx = -INFINITY;
+        // every key's score (16 at a time; this pass's keys are already in the cache), then -inf
+        // for the pass's keys this token may not see
         int64_t j0 = 0;
-        if (hd % 16 == 0)  // the committed keys (always visible), 16 at a time
-            for (; j0 + 16 <= L; j0 += 16) {
-                dot16_keys(q, kcache + (g * max_len + j0) * hd, hd, scale, p.data() + j0);
-                for (int64_t j = j0; j < j0 + 16; ++j) mx = p[j] > mx ? p[j] : mx;
-            }
-        for (int64_t j = j0; j < S; ++j) {
-            const bool seen = j < L || (mask ? mask[t * T + (j - L)] != 0 : j - L <= t);
-            if (!seen) {
-                p[j] = -INFINITY;
-                continue;
-            }
-            p[j] = dot16(q, kcache + (g * max_len + j) * hd, hd) * scale;
-            mx = p[j] > mx ? p[j] : mx;
-        }
+        if (hd % 16 == 0)
+            for (; j0 + 16 <= S; j0 += 16) dot16_keys(q, kcache + (g * max_len + j0) * hd, hd, scale, p.data() + j0);
+        for (int64_t j = j0; j < S; ++j) p[j] = dot16(q, kcache + (g * max_len + j) * hd, hd) * scale;
+        for (int64_t j = L; j < S; ++j)
+            if (!(mask ? mask[t * T + (j - L)] != 0 : j - L <= t)) p[j] = -INFINITY;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < S; ++j) mx = p[j] > mx ? p[j] : mx;
         float sum = 0.f;
         softmax_numerators(p.data(), S, mx);
         for (int64_t j = 0; j < S; ++j) sum += p[j];
