@@ -1,6 +1,7 @@
 """The GGUF-block matmul kernel: same numbers as the dense fp32 weights, in both of its C++ paths."""
 
 import copy
+import ctypes
 
 import pytest
 import torch
@@ -113,3 +114,72 @@ def test_a_failing_compiler_is_reported_not_raised_into_the_runtime(tmp_path, mo
     monkeypatch.setattr(qkernel, "_loaded", {})
     monkeypatch.setattr(qkernel, "build", lambda native=True: (_ for _ in ()).throw(RuntimeError("no compiler")))
     assert qkernel.library() is None and "no compiler" in qkernel.error()
+
+
+def _reference_layer(x, w, cos, sin, k_ctx, v_ctx, mask, n_heads, eps):
+    """One decoder layer in float64 torch (RMSNorm, rotary, GQA attention over context + pass, SwiGLU)."""
+    d = {k: v.double() for k, v in w.items()}
+    x = x.double()
+    T, hd = x.shape[0], cos.shape[-1]
+    n_kv = k_ctx.shape[0]
+
+    def norm(v, g):
+        return g * (v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + eps))
+
+    def rot(v):  # v [T, heads, hd]
+        v1, v2 = v.chunk(2, -1)
+        return v * cos.double()[:, None] + torch.cat([-v2, v1], -1) * sin.double()[:, None]
+
+    qkv = norm(x, d["attn_norm"]) @ d["wqkv"].T
+    q = rot(qkv[:, : n_heads * hd].reshape(T, n_heads, hd))
+    k = rot(qkv[:, n_heads * hd : (n_heads + n_kv) * hd].reshape(T, n_kv, hd))
+    v = qkv[:, (n_heads + n_kv) * hd :].reshape(T, n_kv, hd)
+    keys = torch.cat([k_ctx.double(), k.transpose(0, 1)], 1)  # [n_kv, L + T, hd]
+    vals = torch.cat([v_ctx.double(), v.transpose(0, 1)], 1)
+    L = k_ctx.shape[1]
+    visible = torch.cat([torch.ones(T, L, dtype=torch.bool), mask.bool()], 1)
+    rep = n_heads // n_kv
+    out = torch.empty(T, n_heads, hd, dtype=torch.float64)
+    for h in range(n_heads):
+        s = (q[:, h] @ keys[h // rep].T) / hd**0.5
+        out[:, h] = torch.softmax(s.masked_fill(~visible, float("-inf")), -1) @ vals[h // rep]
+    x = x + out.reshape(T, -1) @ d["wo"].T
+    gate, up = (norm(x, d["mlp_norm"]) @ d["w13"].T).chunk(2, -1)
+    return x + (torch.nn.functional.silu(gate) * up) @ d["w2"].T, k, v
+
+
+@pytest.mark.parametrize("L", [0, 37])
+def test_fused_layer_matches_float64_reference(lib, L):
+    """The one-call C++ layer (vectorised scores over 16 keys, masked tree attention, SwiGLU) against
+    a float64 reference: a 5-node tree after L committed positions, 2 query heads sharing 1 kv head."""
+    H, n_heads, n_kv, hd, inter, T, max_len, eps = 128, 2, 1, 64, 96, 5, 64, 1e-5
+    g = torch.Generator().manual_seed(L)
+    blocks = {"wqkv": random_blocks("q4_1", (n_heads + 2 * n_kv) * hd, H, seed=1),
+              "wo": random_blocks("q4_1", H, n_heads * hd, seed=2),
+              "w13": random_blocks("q8_0", 2 * inter, H, seed=3), "w2": random_blocks("q4_1", H, inter, seed=4)}
+    dense = {k: b.dequantize() for k, b in blocks.items()}
+    dense["attn_norm"] = 1 + 0.1 * torch.randn(H, generator=g)
+    dense["mlp_norm"] = 1 + 0.1 * torch.randn(H, generator=g)
+    parents = [-1, 0, 0, 1, 1]  # a small draft tree
+    mask = torch.eye(T, dtype=torch.uint8)
+    for i, p in enumerate(parents):
+        while p >= 0:
+            mask[i, p], p = 1, parents[p]
+    angles = torch.arange(L, L + T)[:, None] * torch.rand(hd // 2, generator=g)
+    cos, sin = torch.cat([angles.cos()] * 2, -1).contiguous(), torch.cat([angles.sin()] * 2, -1).contiguous()
+    kcache, vcache = torch.randn(n_kv, max_len, hd, generator=g), torch.randn(n_kv, max_len, hd, generator=g)
+    x = torch.randn(T, H, generator=g)
+    ref, k_new, v_new = _reference_layer(x, dense, cos, sin, kcache[:, :L], vcache[:, :L], mask, n_heads, eps)
+
+    def mat(b):
+        return qkernel.Mat(0 if b.kind == "q4_1" else 1, b._ptrs[0], b._ptrs[1], b.n, b.k)
+
+    args = qkernel.LayerArgs(mat(blocks["wqkv"]), mat(blocks["wo"]), mat(blocks["w13"]), mat(blocks["w2"]),
+                             dense["attn_norm"].data_ptr(), dense["mlp_norm"].data_ptr(), eps, n_heads, n_kv, hd, inter)
+    work = torch.empty(T * (H + 2 * (n_heads + 2 * n_kv) * hd + 3 * inter))
+    got = x.clone()
+    lib.layer_forward(ctypes.byref(args), got.data_ptr(), T, L, cos.data_ptr(), sin.data_ptr(), mask.data_ptr(),
+                      kcache.data_ptr(), vcache.data_ptr(), max_len, work.data_ptr(), 2)
+    assert (got.double() - ref).abs().max().item() < 1e-4 * ref.abs().max().item()
+    assert torch.allclose(kcache[:, L : L + T].double(), k_new.transpose(0, 1), atol=1e-4)
+    assert torch.allclose(vcache[:, L : L + T].double(), v_new.transpose(0, 1), atol=1e-4)
