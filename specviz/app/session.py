@@ -10,6 +10,7 @@ import streamlit as st
 
 from ..engine import SpeculativeDecoder
 from . import prefill
+from .figcache import cached
 from .gate import heavy_work
 from .methods import make_drafter, tree_settings_for
 from .prompts import check_prompt, prompt_ids
@@ -83,8 +84,9 @@ def start_session(target, s: dict, prompt: str) -> Session:
 
 
 def same_trace(a, b) -> bool:
-    """Traces equal up to timings."""
-    da, db = json.loads(a.to_json()), json.loads(b.to_json())
+    """Traces equal up to timings (each trace's JSON from the page's memo: the download button
+    serves the same text, so it is built once)."""
+    da, db = (json.loads(cached("json", x, build=x.to_json)) for x in (a, b))
     for d in (da, db):
         for k in ("draft_time_s", "verify_time_s", "total_time_s"):
             d.pop(k, None)
