@@ -147,7 +147,7 @@ class SpeculativeDecoder:
         if self.done:
             raise SpecVizError("Generation has finished: start again for more.")
         t_start = time.perf_counter()
-        rng_state = self.generator.get_state()
+        rng_state = self.generator.get_state() if self.detail else None  # only a detailed trace keeps it
         # 1. draft: the drafter proposes a tree rooted at the last committed token; nodes deeper
         #    than the remaining budget could never count
         tree = self.drafter.propose(self.context, self.root, self.params, self.generator)
@@ -155,26 +155,41 @@ class SpeculativeDecoder:
         t_draft = time.perf_counter()
 
         # 2. verify: one target forward over every node under the tree mask gives p after each node
-        L = self.cache.length
-        mask = None if len(tree) == 1 else tree.attention_mask()
+        #    (masks and positions are built as Python lists and made tensors once: every small
+        #    torch op costs more than the list work)
+        L, n = self.cache.length, len(tree)
+        positions = tree.position_list(L)
+        rows = tree.attention_rows() if n > 1 or self.detail else None
         out = self.model.forward(
-            torch.tensor([tree.tokens]), self.cache, positions=tree.position_ids(L), tree_mask=mask, taps=self.drafter.taps
+            torch.tensor([tree.tokens]), self.cache,
+            positions=None if n == 1 else torch.tensor(positions),  # None: the one next position, L
+            tree_mask=None if n == 1 else torch.tensor(rows, dtype=torch.bool), taps=self.drafter.taps,
         )
         logits = out.logits[0]
-        p = probs(logits, self.params)  # WARPED target distributions (temperature, top-k, top-p)
+        best = None
+        if self.params.greedy:  # one argmax serves p (one-hot) and the walk
+            idx = logits.argmax(-1, keepdim=True)
+            p = torch.zeros_like(logits, dtype=torch.float32).scatter_(-1, idx, 1.0)
+            best = idx[:, 0].tolist()
+        else:
+            p = probs(logits, self.params)  # WARPED target distributions (temperature, top-k, top-p)
         p_raw = logits.softmax(-1) if self.variant != "correct" or (self.detail and self.params.greedy) else None
         if tree.sampled and p.device.type != "cpu":  # drawn drafts keep their q rows on the CPU: verify there
             p, p_raw = p.cpu(), None if p_raw is None else p_raw.cpu()
-        if len(tree) == 1:  # vanilla: nothing to verify, just draw the next token from p
-            res = _vanilla_result(tree, p[0], self.params, self.generator)
+        if n == 1:  # vanilla: nothing to verify, just draw the next token from p
+            res = _vanilla_result(tree, p[0], self.params, self.generator, best)
         else:  # the acceptance walk (specviz.verify): min(1, p/q), residual norm(max(p - q, 0)), bonus from p
-            res = verify(tree, p, self.params, self.generator, p_raw=p_raw, policy=self.policy)
+            res = verify(tree, p, self.params, self.generator, p_raw=p_raw, policy=self.policy, best=best)
 
         # 3. commit: the target keeps the root and the accepted path in its cache; so does the drafter
         keep = [0] + list(res.accepted)
         self.cache.commit(keep)
         processed = [tree.tokens[i] for i in keep]
-        self.drafter.commit(processed, {k: v[0, keep] for k, v in out.taps.items()})
+        if out.taps:
+            prefix = keep == list(range(len(keep)))  # a chain's path: a slice, no gather
+            self.drafter.commit(processed, {k: v[0, : len(keep)] if prefix else v[0, keep] for k, v in out.taps.items()})
+        else:
+            self.drafter.commit(processed, {})
         t_verify = time.perf_counter()
 
         committed = [tree.tokens[i] for i in res.accepted] + [res.extra_token]
@@ -188,7 +203,7 @@ class SpeculativeDecoder:
         self.generated.extend(committed)
         if len(self.generated) >= self.max_new_tokens:
             self.done = True
-        trace = self._trace(tree, L, p, p_raw, res, committed, t_start, t_draft, t_verify, rng_state)
+        trace = self._trace(tree, L, p, p_raw, res, committed, t_start, t_draft, t_verify, rng_state, positions, rows)
         self.traces.append(trace)
         return trace
 
@@ -217,35 +232,38 @@ class SpeculativeDecoder:
         v, i = torch.topk(dist.float(), min(TOP_N, dist.numel()))
         return [[int(t), self.tok.token_text(t), float(x)] for t, x in zip(i.tolist(), v.tolist()) if x > 0]
 
-    def _trace(self, tree: DraftTree, L, p, p_raw, res, committed, t_start, t_draft, t_verify, rng_state) -> RoundTrace:
+    def _trace(self, tree: DraftTree, L, p, p_raw, res, committed, t_start, t_draft, t_verify, rng_state,
+               positions, rows) -> RoundTrace:
         text = self.tok.token_text if self.detail else (lambda t: "")
         accepted = set(res.accepted)
         tried = {s.node for s in res.steps}
-        depths, ranks = tree.depths, tree.ranks
+        depths, ranks, parents, tokens = tree.depths, tree.ranks, tree.parents, tree.tokens
+        # p of every drafted token under its parent's row, in one gather
+        p_tok = [None] + p[parents[1:], tokens[1:]].tolist() if len(tree) > 1 else [None]
+        greedy_raw = self.params.greedy and p_raw is not None
         nodes = []
         for i in range(len(tree)):
-            par = tree.parents[i]
             status = "root" if i == 0 else "accepted" if i in accepted else "rejected" if i in tried else "untried"
             nodes.append(
                 NodeTrace(
                     id=i,
-                    parent=par,
+                    parent=parents[i],
                     depth=depths[i],
-                    token=tree.tokens[i],
-                    text=text(tree.tokens[i]),
+                    token=tokens[i],
+                    text=text(tokens[i]),
                     q=None if i == 0 else float(tree.q[i]),
-                    p=None if i == 0 else float(p[par, tree.tokens[i]]),
+                    p=p_tok[i],
                     score=float(tree.scores[i]),
                     rank=ranks[i],
                     position=L + depths[i],
                     status=status,
                     next_q_top=self._top(tree.dists.get(i)),
                     next_p_top=self._top(p[i]) if self.detail else [],
-                    next_p_raw_top=self._top(p_raw[i]) if self.params.greedy and p_raw is not None else [],
+                    next_p_raw_top=self._top(p_raw[i]) if greedy_raw else [],
                 )
             )
         steps = [replace(s, text=text(s.token), residual_top=self._top(res.residuals.get(s.node))) for s in res.steps]
-        mask = tree.attention_mask().int().tolist() if self.detail else []
+        mask = [[int(b) for b in row] for row in rows] if self.detail else []
         source = res.extra_source
         return RoundTrace(
             round_index=len(self.traces),
@@ -255,7 +273,7 @@ class SpeculativeDecoder:
             prefix_len=L,
             nodes=nodes,
             tree_mask=mask,
-            position_ids=tree.position_ids(L).tolist(),
+            position_ids=list(positions),
             steps=steps,
             accepted_nodes=list(res.accepted),
             extra_token=int(res.extra_token),
@@ -272,9 +290,13 @@ class SpeculativeDecoder:
         )
 
 
-def _vanilla_result(tree: DraftTree, dist: torch.Tensor, params: SamplingParams, generator) -> VerifyResult:
-    """What `verify` would return for a root-only tree, without the walk."""
-    tok = int(dist.argmax()) if params.greedy else sample(dist, generator)
+def _vanilla_result(tree: DraftTree, dist: torch.Tensor, params: SamplingParams, generator, best=None) -> VerifyResult:
+    """What `verify` would return for a root-only tree, without the walk (`best`: the argmax
+    per row when the caller already has it)."""
+    if params.greedy:
+        tok = best[0] if best is not None else int(dist.argmax())
+    else:
+        tok = sample(dist, generator)
     return VerifyResult([], tok, "vanilla", dist, [], rule_name(tree, params))
 
 

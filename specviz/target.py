@@ -53,6 +53,8 @@ class KVCache:
         L = self.length
         if keep is None:
             n = self.pending
+        elif isinstance(keep, (list, tuple, range)) and all(k == i for i, k in enumerate(keep)):
+            n = len(keep)  # already in place (vanilla, a chain's accepted prefix): nothing to move
         else:
             idx = torch.as_tensor(keep, dtype=torch.long, device=self.k.device)
             n = int(idx.numel())

@@ -103,20 +103,28 @@ class DraftTree:
     def root_to_leaf_paths(self) -> list[list[int]]:
         return [self.path(leaf) for leaf in self.leaves()]
 
-    def attention_mask(self) -> torch.Tensor:
-        """[N, N] bool: node i may attend to node j iff j is i or one of its ancestors."""
+    def attention_rows(self) -> list[list[bool]]:
+        """The attention mask as lists: row i is True at i and at each of its ancestors."""
+        rows: list[list[bool]] = []
         n = len(self)
-        m = torch.zeros(n, n, dtype=torch.bool)
-        for i in range(n):
-            m[i, i] = True
-            p = self.parents[i]
-            if p >= 0:
-                m[i] |= m[p]
-        return m
+        for i, p in enumerate(self.parents):
+            row = rows[p].copy() if p >= 0 else [False] * n
+            row[i] = True
+            rows.append(row)
+        return rows
+
+    def attention_mask(self) -> torch.Tensor:
+        """[N, N] bool: node i may attend to node j iff j is i or one of its ancestors (built in
+        Python and made a tensor once: a torch op per node costs more than the whole list work)."""
+        return torch.tensor(self.attention_rows(), dtype=torch.bool)
+
+    def position_list(self, prefix_len: int) -> list[int]:
+        """Position of each node as ints: committed context length + depth."""
+        return [prefix_len + d for d in self.depths]
 
     def position_ids(self, prefix_len: int) -> torch.Tensor:
         """Position of each node: committed context length + depth."""
-        return torch.tensor(self.depths, dtype=torch.long) + prefix_len
+        return torch.tensor(self.position_list(prefix_len), dtype=torch.long)
 
     @property
     def max_depth(self) -> int:

@@ -163,13 +163,15 @@ def verify(
     *,
     p_raw: torch.Tensor | None = None,
     policy: Policy = CORRECT,
+    best: list[int] | None = None,
 ) -> VerifyResult:
-    """Verify one draft tree. `p` [N, V]: warped target distribution after each node."""
+    """Verify one draft tree. `p` [N, V]: warped target distribution after each node; `best`
+    (greedy only, optional): the argmax of each row of p, when the caller already has it."""
     n = len(tree)
     if p.dim() != 2 or p.shape[0] != n:
         raise SpecVizError(f"verify needs one target row per tree node: got p of shape {tuple(p.shape)} for {n} nodes.")
     if params.greedy:
-        return _verify_greedy(tree, p, p_raw, policy)
+        return _verify_greedy(tree, p, p_raw, policy, best)
     if policy.needs_p_raw and p_raw is None:
         raise SpecVizError(f"variant {policy.name!r} needs p_raw (the softmax of the raw target logits).")
     rule = rule_name(tree, params)
@@ -211,17 +213,19 @@ def verify(
         cur = nxt
 
 
-def _verify_greedy(tree: DraftTree, p: torch.Tensor, p_raw, policy: Policy) -> VerifyResult:
+def _verify_greedy(tree: DraftTree, p: torch.Tensor, p_raw, policy: Policy, argmax=None) -> VerifyResult:
     """Accept the longest path of target argmaxes. No randomness is consumed."""
     kids = tree.children_lists()
     depths = tree.depths
     accept_all = policy.name == "no-rejection"
+    if argmax is None:
+        argmax = p.argmax(-1).tolist()  # one op for every row, not one per visited node
     shown = p if p_raw is None else p_raw
     cur, accepted, steps = 0, [], []
     while True:
         if not kids[cur]:
-            return VerifyResult(accepted, int(p[cur].argmax()), "bonus", p[cur], steps, "greedy")
-        best = int(p[cur].argmax())
+            return VerifyResult(accepted, argmax[cur], "bonus", p[cur], steps, "greedy")
+        best = argmax[cur]
         nxt = None
         for c in kids[cur]:
             x = tree.tokens[c]
