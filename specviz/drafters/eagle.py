@@ -38,6 +38,8 @@ class EagleDrafter(Drafter):
         self.depth, self.top_k, self.total_tokens = int(depth), int(top_k), int(total_tokens)
         self.static_tree = static_tree or EAGLE1_TREE
         self.is3 = isinstance(head, Eagle3Head)
+        if hasattr(head, "fuse_for_drafting"):
+            head.fuse_for_drafting()  # q/k/v and gate/up as one block matmul each (same bits)
         self.taps = tuple(model.cfg.eagle3_layers()) if self.is3 else ("final",)
         p = next(head.parameters())
         self.dtype, self.device = p.dtype, p.device
@@ -59,12 +61,30 @@ class EagleDrafter(Drafter):
         m = self.head.m
         self.cache = HeadCache(1, m.n_kv_heads, max(256, len(context) + 256), m.head_dim, self.dtype, self.device)
         self.tokens = list(context)  # tokens whose features are known (processed by the target)
-        self.feats = self._features(taps) if context else torch.zeros(0, m.hidden_size, dtype=self.dtype, device=self.device)
-        # feats[j] pairs with tokens[j + 1] (or the root); entries < cache.length are committed
+        first = self._features(taps) if context else None
+        n = 0 if first is None else first.shape[0]
+        # feats[j] pairs with tokens[j + 1] (or the root); entries < cache.length are committed.
+        # They live in a buffer that grows by doubling, so a round appends without copying the past.
+        self._feat_buf = torch.empty(max(256, 2 * n), m.hidden_size, dtype=self.dtype, device=self.device)
+        if n:
+            self._feat_buf[:n] = first
+        self._n_feats = n
+
+    @property
+    def feats(self) -> torch.Tensor:
+        """[n, H] the features of the processed tokens (a view of the buffer)."""
+        return self._feat_buf[: self._n_feats]
 
     def commit(self, processed, taps):
         self.tokens.extend(int(t) for t in processed)
-        self.feats = torch.cat([self.feats, self._features(taps)])
+        new = self._features(taps)
+        n, need = self._n_feats, self._n_feats + new.shape[0]
+        if need > self._feat_buf.shape[0]:
+            buf = self._feat_buf.new_empty(max(need, 2 * self._feat_buf.shape[0]), self._feat_buf.shape[1])
+            buf[:n] = self._feat_buf[:n]
+            self._feat_buf = buf
+        self._feat_buf[n:need] = new
+        self._n_feats = need
 
     def snapshot(self):
         return {"length": self.cache.length, "n": len(self.tokens)}
@@ -72,7 +92,7 @@ class EagleDrafter(Drafter):
     def restore(self, snap):
         self.cache.truncate(snap["length"])
         del self.tokens[snap["n"] :]
-        self.feats = self.feats[: snap["n"]]
+        self._n_feats = snap["n"]
 
     # ------------------------------------------------------------------ drafting
     def _dist(self, out, params: SamplingParams) -> torch.Tensor:
@@ -113,13 +133,16 @@ class EagleDrafter(Drafter):
                 depths = tree.depths
                 T = len(need)
                 off = len(order)
-                block = torch.zeros(T, off + T, dtype=torch.bool)
+                rows = []  # which tree entries (and itself) each new entry sees: lists, one tensor
                 for r, i in enumerate(need):
+                    row = [False] * (off + T)
                     a = tree.parents[i]
                     while a > 0:
-                        block[r, slot[a]] = True
+                        row[slot[a]] = True
                         a = tree.parents[a]
-                    block[r, off + r] = True
+                    row[off + r] = True
+                    rows.append(row)
+                block = torch.tensor(rows, dtype=torch.bool)
                 hid = torch.stack([outs[tree.parents[i]] for i in need])[None]
                 tk = torch.tensor([[tree.tokens[i] for i in need]], device=self.device)
                 ps = torch.tensor([[n - 1 + depths[i] for i in need]], device=self.device)

@@ -117,6 +117,11 @@ class EagleHeadBase(nn.Module):
     def hidden_size(self):
         return self.m.hidden_size
 
+    def fuse_for_drafting(self) -> int:
+        """One block matmul for q/k/v and one for gate/up where the head drafts on Q8_0 copies
+        (same bits, fewer calls: `layers.FusedLinears`). Returns how many groups were fused."""
+        return sum(m.fuse_for_drafting() for m in self.modules() if isinstance(m, (Attention, MLP)))
+
     def bind(self, embed: torch.Tensor, lm_head: torch.Tensor | None = None, lm_head_blocks=None):
         """Attach the target's embedding (and LM head, optionally as GGUF blocks) without making them parameters."""
         self._embed = embed
@@ -199,10 +204,10 @@ class EagleHeadBase(nn.Module):
         cache.k[:, :, L + offset : L + offset + T] = k
         cache.v[:, :, L + offset : L + offset + T] = v
         keys, vals = cache.k[:, :, : L + offset + T], cache.v[:, :, : L + offset + T]
-        if block is None:
-            block = torch.cat([torch.ones(T, offset, dtype=torch.bool, device=emb.device),
-                               torch.ones(T, T, dtype=torch.bool, device=emb.device).tril()], dim=1)
-        mask = block_mask(L, block, T, emb.device)
+        if block is None:  # every committed and tree entry, then causal: one op
+            mask = torch.ones(T, L + offset + T, dtype=torch.bool, device=emb.device).tril(L + offset)[None, None]
+        else:
+            mask = block_mask(L, block, T, emb.device)
         return self.layer_post(lay.self_attn.attend(q, keys, vals, mask=mask), res)
 
 

@@ -12,6 +12,40 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .. import qkernel
+from ..blockweights import MAX_BLOCK_ROWS, BlockWeight, quantize_q8_0
+
+
+class FusedLinears:
+    """Linear layers that read the same input (q/k/v, gate/up) as ONE Q8_0 block matmul.
+
+    Only for layers `blockweights.speed_up_linears` already runs on Q8_0 copies: Q8_0 rounds each
+    row's blocks on their own and the kernel sums every output row the same way whatever rows sit
+    beside it, so the stacked matrix gives the same bits as the separate calls, with one call
+    instead of several. `__call__` returns None where the separate layers would take their dense
+    path (training, other devices or dtypes, long inputs); the caller then runs those.
+    """
+
+    def __init__(self, lins: list[nn.Linear], lib):
+        self.lins, self.lib = lins, lib
+        self.blocks = BlockWeight.stack([quantize_q8_0(lin.weight) for lin in lins])
+        self.sizes = [lin.out_features for lin in lins]
+
+    @classmethod
+    def of(cls, lins: list[nn.Linear]) -> "FusedLinears | None":
+        """The fused copy, or None unless every layer already drafts on Q8_0 copies."""
+        lib = qkernel.library()
+        if lib is None or not all("forward" in vars(lin) for lin in lins):
+            return None
+        return cls(lins, lib)
+
+    def __call__(self, x: torch.Tensor) -> list[torch.Tensor] | None:
+        grad = torch.is_grad_enabled() and (x.requires_grad or any(lin.weight.requires_grad for lin in self.lins))
+        if grad or x.device.type != "cpu" or x.dtype != torch.float32 or x.numel() > MAX_BLOCK_ROWS * x.shape[-1]:
+            return None
+        parts = self.blocks.matmul(x, self.lib).split(self.sizes, dim=-1)
+        return [y if lin.bias is None else y + lin.bias for y, lin in zip(parts, self.lins)]
+
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-5):
@@ -20,6 +54,10 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
+        if x.dtype == torch.float32 and not torch.is_grad_enabled():
+            # drafting: torch's one op gives the same bits as the lines below (checked on
+            # random inputs; the target's norm relies on it too), for 1 dispatch instead of 7
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         dtype = x.dtype
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -51,13 +89,21 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(in_dim, n_kv * head_dim, bias=bias)
         self.v_proj = nn.Linear(in_dim, n_kv * head_dim, bias=bias)
         self.o_proj = nn.Linear(n_heads * head_dim, hidden, bias=False)
+        self.fused = None  # FusedLinears over q/k/v for drafting (`fuse_for_drafting`)
+
+    def fuse_for_drafting(self) -> bool:
+        self.fused = FusedLinears.of([self.q_proj, self.k_proj, self.v_proj])
+        return self.fused is not None
 
     def qkv(self, x, cos, sin):
         """q [B, nh, T, hd]; k, v [B, nkv, T, hd] (rotated)."""
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.nh, self.hd).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        qkv = self.fused(x) if self.fused is not None else None
+        if qkv is None:
+            qkv = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = qkv[0].view(B, T, self.nh, self.hd).transpose(1, 2)
+        k = qkv[1].view(B, T, self.nkv, self.hd).transpose(1, 2)
+        v = qkv[2].view(B, T, self.nkv, self.hd).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         return q, k, v
@@ -104,9 +150,17 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(hidden, inter, bias=False)
         self.up_proj = nn.Linear(hidden, inter, bias=False)
         self.down_proj = nn.Linear(inter, hidden, bias=False)
+        self.fused = None  # FusedLinears over gate/up for drafting (`fuse_for_drafting`)
+
+    def fuse_for_drafting(self) -> bool:
+        self.fused = FusedLinears.of([self.gate_proj, self.up_proj])
+        return self.fused is not None
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gu = self.fused(x) if self.fused is not None else None
+        if gu is None:
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(F.silu(gu[0]) * gu[1])
 
 
 class HeadCache:
@@ -141,6 +195,9 @@ class HeadCache:
 
     def commit(self, keep):
         L = self.length
+        if isinstance(keep, (list, tuple, range)) and all(k == i for i, k in enumerate(keep)):
+            self.length = L + len(keep)  # already in place: nothing to move
+            return
         idx = torch.as_tensor(keep, dtype=torch.long, device=self.k.device)
         n = int(idx.numel())
         if n and not torch.equal(idx, torch.arange(n, device=idx.device)):
