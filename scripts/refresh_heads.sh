@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Re-make every shipped artefact that was measured with a shipped head, after that head changed.
 #
-#   bash scripts/refresh_heads.sh [--dry-run | --quick] HEAD[,HEAD...]     HEAD: eagle1 eagle3 medusa sps
+#   bash scripts/refresh_heads.sh [--dry-run | --quick] [--remeasure-costs] HEAD[,HEAD...]
+#                                                        HEAD: eagle1 eagle3 medusa sps
 #
 #   (no flag)   full size, writes into assets/ (run it on an IDLE machine: the benchmarks time things)
 #   --dry-run   print the full-size commands, run nothing
 #   --quick     every step at its smallest size, in a temporary copy of the tree (specviz/, scripts/,
 #               assets/ with the current heads) and of the user cache's cost files: assets/ and the
 #               real cache are never written. Ends with the list of files the refresh touched there.
+#   --remeasure-costs  also re-measure this machine's cached forward curve and per-round overhead
+#               (fp32 and bf16) before tuning, for every tree method: do it when the cached costs
+#               were measured on a busy machine (they choose every device-tuned tree below).
 #
 # A head folder serves several methods: eagle1 -> EAGLE-1 and EAGLE-2 (EAGLE-2 drafts with EAGLE-1's
 # head), eagle3 -> EAGLE-3, medusa -> Medusa, sps -> SpS. Each step re-makes its artefact with the
@@ -17,17 +21,21 @@
 # Order matters: the acceptance profiles feed the device-tuned trees, which the evaluation and the
 # benchmarks use; the lesson's machine.json copies the forward-cost curve of the fp32 benchmark.
 #
-# Full-size wall time per step on this 2-core CPU, ESTIMATES (not measured at full size: the quick
-# run was timed and scaled by work, and the benchmarks' own recorded seconds were summed; see the
-# report that added this script). For `eagle3` alone:
-#   1 forget cached draft costs          < 1 s
-#   2 acceptance profile (eagle3)        ~6 min     (12 prompts x 96 tokens, one token per round)
-#   3 device-tuned trees (fp32 + bf16)   ~1 min
-#   4 held-out evaluation                ~4 min     (per-step on the held-out data + tau on 5 + 5 prompts)
-#   5 equal-tree acceptance (eagle3)     ~2 min
-#   6 benchmarks (6 result files)        ~45 min    (every method of each file re-runs: they share one session)
-#   7 lesson rounds + machine.json       ~3 min
-#   total                                ~1 h; `eagle1` adds EAGLE-2 everywhere (~+10 min)
+# Full-size wall time per step on this 2-core CPU when idle, for `eagle3` alone. ESTIMATES, not
+# measured at full size: the benchmarks from the seconds their shipped files recorded plus the
+# per-file overhead their timestamps show; the rest from the per-round costs of the idle machine
+# scaled by the work. `--quick eagle3` itself took 49 min at load average 8 (other work on the two
+# cores; steps 1-7: 0 / 90 / 198 / 115 / 39 / 2198 / 310 s): idle it should take well under 10.
+#   1 forget cached draft costs                       < 1 s
+#   2 acceptance profile (12 prompts x 96 tokens)     ~2-3 min per profiled method
+#   3 device-tuned trees, fp32 + bf16                 ~1 min  (~2 min with --remeasure-costs)
+#   4 held-out evaluation                             ~2 min  (per-step on 64 held-out sequences, tau on 5 + 5 prompts)
+#   5 equal-tree acceptance (6 prompts x 64 tokens)   ~1 min per method
+#   6 benchmarks: 6 result files, every method        ~25 min (specbench_fp32_t0 ~8, t1 ~4, dense ~4, bf16 ~4,
+#                                                              humaneval ~3, heldout ~2)
+#   7 4 lesson rounds + machine.json, then replayed   ~2 min  (this step runs at full size under --quick too)
+#   total                                             ~35 min. eagle1 (EAGLE-1 and EAGLE-2): ~40 min;
+#   medusa: ~15 min (2 result files); sps: ~12 min (specbench_fp32_t0 and machine.json only)
 #
 # What NO script re-makes (edit by hand after the refresh, from the refreshed files):
 #   - README.md: the fp32 and bf16 Spec-Bench tables and the paragraphs quoting tau / speedups
@@ -45,13 +53,15 @@
 #   - assets/heads/.../<head>/train_info.json, config.json, model.safetensors: the training run's.
 set -euo pipefail
 
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 MODE=full
+REMEASURE=0
 HEADS_ARG=""
 for a in "$@"; do
   case "$a" in
     --dry-run) MODE=dry ;;
     --quick) MODE=quick ;;
+    --remeasure-costs) REMEASURE=1 ;;
     -h|--help) usage ;;
     -*) echo "unknown option $a" >&2; usage ;;
     *) HEADS_ARG="$a" ;;
@@ -90,7 +100,7 @@ fi
 METHODS=$(helper methods "$HEADS_ARG")          # e.g. eagle1 -> eagle1,eagle2
 TREE_METHODS=$(echo "$METHODS" | tr , '\n' | grep -vx sps | paste -sd, || true)  # methods with a draft tree
 declare -A TOOK=()
-STARTED=$(mktemp /tmp/refresh_started.XXXXXX)  # files newer than this one were written by the refresh
+STARTED=$(mktemp "${WORK:-/tmp}/refresh_started.XXXXXX")  # files newer than this one were written by the refresh
 run() { echo "+ $*"; [ "$MODE" = dry ] || "$@"; }
 step() { STEP="$1"; STEP_T0=$SECONDS; echo; echo "== $1"; }
 done_step() { TOOK[$STEP]=$((SECONDS - STEP_T0)); }
@@ -103,9 +113,13 @@ done
 
 # 1. Cached drafting costs (user cache, tuning/*.json): a new head may draft at a different cost
 #    (draft vocabulary, layers), so its `draft.<method>` entries are dropped and re-measured in step 3.
-#    The target's forward curve and the per-round overhead do not depend on a head and stay.
+#    The target's forward curve and the per-round overhead do not depend on a head and stay; each
+#    file's 1-token forward time is printed: far above ~5 ms (fp32, 2 threads, idle) means it was
+#    measured on a busy machine, and --remeasure-costs is needed (it deletes the cost files whole).
 step "1 forget cached draft costs of $METHODS"
-run "${HELPER[@]}" forget-draft-costs "$CACHE" "$METHODS"
+FORGET=$METHODS
+[ "$REMEASURE" = 0 ] || FORGET=all
+run "${HELPER[@]}" forget-costs "$CACHE" "$FORGET"
 done_step
 
 # 2. Acceptance profiles (assets/heads/<model>/<head>/tree_profile.json; EAGLE-2's lives in eagle1/):
@@ -121,11 +135,15 @@ if [ -n "$TREE_METHODS" ]; then
 fi
 
 # 3. Device-tuned trees: measures the drafting costs dropped in step 1 (fp32, and bf16 for the
-#    bf16 benchmarks) and prints this machine's best tree per method with the new profiles.
-if [ -n "$TREE_METHODS" ]; then
-  step "3 device-tuned trees of $TREE_METHODS"
-  run "$PY" -m specviz.tuning show --methods "$TREE_METHODS"
-  run "$PY" -m specviz.tuning show --methods "$TREE_METHODS" --dtype bf16
+#    bf16 benchmarks) and prints this machine's best tree per method with the new profiles. After
+#    --remeasure-costs every tree method is measured here (the benchmarks run them all); the dense
+#    fp32 weights' costs are measured by their benchmark in step 6, as they were first.
+SHOW=$TREE_METHODS
+[ "$REMEASURE" = 0 ] || SHOW=eagle1,eagle2,eagle3,medusa
+if [ -n "$SHOW" ]; then
+  step "3 device-tuned trees of $SHOW"
+  run "$PY" -m specviz.tuning show --methods "$SHOW"
+  run "$PY" -m specviz.tuning show --methods "$SHOW" --dtype bf16
   done_step
 fi
 
@@ -136,7 +154,7 @@ fi
 #    their tokens/s come from one session; the other methods' entries are kept (their `dates` say so).
 step "4 held-out evaluation of $METHODS"
 if [ "$MODE" = quick ]; then SIZE=(--limit 1 --max-new-tokens 8); else SIZE=(--limit 5 --max-new-tokens 64); fi
-REPORT=$(mktemp /tmp/refresh_eval.XXXXXX.json)
+REPORT=$(mktemp "${WORK:-/tmp}/refresh_eval.XXXXXX.json")
 run "$PY" -m specviz.train eval --methods "vanilla,$METHODS" \
   --tau-prompts heldout,../shared/data/spec_bench_dev.jsonl "${SIZE[@]}" --out "$REPORT"
 run "${HELPER[@]}" merge-eval "$REPORT" "vanilla,$METHODS"

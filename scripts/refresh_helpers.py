@@ -14,7 +14,7 @@ themselves (`settings` of a benchmark result, `prompts`/`max_new_tokens` of a tr
     python scripts/refresh_helpers.py acceptance-args [--quick]
     python scripts/refresh_helpers.py lesson-keys METHODS        # the recorded lesson rounds made by METHODS
     python scripts/refresh_helpers.py merge-eval REPORT METHODS  # a `train eval --out` report -> eval_per_step/eval_tau.json
-    python scripts/refresh_helpers.py forget-draft-costs CACHE METHODS
+    python scripts/refresh_helpers.py forget-costs CACHE METHODS|all
     python scripts/refresh_helpers.py record-machine             # assets/lessons/machine.json alone
 """
 
@@ -135,11 +135,18 @@ def merge_eval(report: Path, methods: str) -> None:
         print(f"{f}: {sorted(measured)} re-measured")
 
 
-def forget_draft_costs(cache: Path, methods: str) -> None:
+def forget_costs(cache: Path, methods: str) -> None:
     """Drop `draft.<method>` from every cached device-cost file: a new head may change the drafting
-    cost (draft vocabulary, layers); the target's forward curve and the overhead stay cached."""
+    cost (draft vocabulary, layers); the target's forward curve and the overhead stay cached.
+    `all`: delete the files (everything is measured again when next needed)."""
     for f in sorted((Path(cache) / "tuning").glob("*.json")):
         data = json.loads(f.read_text())
+        one = 1000 * float(data.get("forward", {}).get("1", "nan"))
+        print(f"{f.name}: measured {data.get('date', '?')}, target forward of 1 token {one:.1f} ms")
+        if methods == "all":
+            f.unlink()
+            print(f"{f.name}: deleted")
+            continue
         gone = [k for k in list(data) if k.removeprefix("draft.") in _methods(methods) and k.startswith("draft.")]
         for k in gone:
             del data[k]
@@ -163,7 +170,7 @@ def record_machine() -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("cmd", choices=["methods", "lesson-keys", "results-using", "bench-args", "profile-args",
-                                    "acceptance-args", "merge-eval", "forget-draft-costs", "record-machine"])
+                                    "acceptance-args", "merge-eval", "forget-costs", "record-machine"])
     ap.add_argument("args", nargs="*")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args(argv)
@@ -181,8 +188,8 @@ def main(argv=None) -> int:
         print("\n".join(acceptance_args(a.quick)))
     elif a.cmd == "merge-eval":
         merge_eval(Path(a.args[0]), a.args[1])
-    elif a.cmd == "forget-draft-costs":
-        forget_draft_costs(Path(a.args[0]), a.args[1])
+    elif a.cmd == "forget-costs":
+        forget_costs(Path(a.args[0]), a.args[1])
     else:
         record_machine()
     return 0
