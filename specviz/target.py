@@ -309,11 +309,11 @@ class TargetModel:
         per_layer = cache.k[0].numel() * cache.k.element_size()
         kp, vp = cache.k.data_ptr(), cache.v.data_ptr()
         threads, call = torch.get_num_threads(), self._lib.layer_forward
+        xp, cp, sp, wp, M = x.data_ptr(), cos.data_ptr(), sin.data_ptr(), work.data_ptr(), cache.max_len
         for i, lb in enumerate(self.blocks):
             if i in taps:
                 out_taps[i] = x.clone()[None]
-            call(lb.args_ref, x.data_ptr(), T, L, cos.data_ptr(), sin.data_ptr(), mptr,
-                 kp + i * per_layer, vp + i * per_layer, cache.max_len, work.data_ptr(), threads)
+            call(lb.args_ref, xp, T, L, cp, sp, mptr, kp + i * per_layer, vp + i * per_layer, M, wp, threads)
         return x[None]
 
     def _layers_torch(self, tokens, cache, cos, sin, tree_mask, taps, out_taps, lib) -> torch.Tensor:

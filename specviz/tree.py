@@ -220,11 +220,13 @@ def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
     for _ in range(depth):
         nodes = [tree_of_cand[c] for c in frontier]
         dists = expand(tree, nodes)
+        # one top-k over the whole frontier (each row's result is that row's own top-k)
+        top_v, top_i = torch.topk(torch.as_tensor(dists), top_k, dim=-1)
+        top_v, top_i = top_v.tolist(), top_i.tolist()
         scored = []
         for row, c in enumerate(frontier):
             cand_dist[c] = dists[row]
-            top = torch.topk(dists[row], top_k)
-            for prob, tok in zip(top.values.tolist(), top.indices.tolist()):
+            for prob, tok in zip(top_v[row], top_i[row]):
                 if prob <= 0:
                     continue
                 scored.append((cand[c][0] + math.log(prob), c, int(tok), float(prob)))

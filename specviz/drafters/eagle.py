@@ -103,8 +103,7 @@ class EagleDrafter(Drafter):
         q = logits.softmax(-1)
         if self.is3:
             full = torch.zeros(q.shape[0], self.model.cfg.vocab_size, dtype=q.dtype, device=q.device)
-            full[:, self.vocab_ids] = q
-            q = full
+            q = full.index_copy_(1, self.vocab_ids, q)  # a plain copy into the draft vocabulary's columns
         return q.cpu()
 
     @torch.no_grad()
