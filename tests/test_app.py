@@ -366,3 +366,25 @@ def test_started_copy_equals_a_fresh_start(target, method):
     if hasattr(proto.drafter, "head"):
         assert all(d.drafter.head is proto.drafter.head for d in copies)  # weights shared, not copied
     prefill.clear()
+
+
+def test_prefill_prototypes_are_kept_per_key_and_target():
+    """One build per (key, target); another target under the same key builds again (a reloaded
+    model must not get the old one's cache); at most LIMIT prototypes are kept, oldest out first."""
+    from specviz.app import prefill
+
+    prefill.clear()
+    builds = []
+
+    def build(tag):
+        return lambda: builds.append(tag) or tag
+
+    a, b = object(), object()
+    assert prefill.prototype(("k",), a, build("a1")) == "a1"
+    assert prefill.prototype(("k",), a, build("a2")) == "a1"
+    assert prefill.prototype(("k",), b, build("b1")) == "b1"
+    assert builds == ["a1", "b1"]
+    for i in range(prefill.LIMIT + 1):
+        prefill.prototype(("n", i), a, build(i))
+    assert len(prefill._PROTOS) == prefill.LIMIT and ("k",) not in prefill._PROTOS
+    prefill.clear()
