@@ -1,7 +1,7 @@
 """Benchmark: tau, acceptance by depth, tokens/s and speedups, against our vanilla and HF peers.
 
 All methods run in the same process on the same prompts and settings, so the printed ratios
-compare like with like. Timings include prefill. Run with the machine otherwise idle.
+compare like with like. Timings include prefill (per_round_ms lists it apart: it is the same for every method). Run with the machine otherwise idle.
 
     python -m specviz.bench --methods vanilla,hf,hf-pld,pld --prompts FILE.jsonl --limit 10
     python -m specviz.bench --methods vanilla,hf --dtype fp32,bf16 --forward-curve
@@ -109,6 +109,7 @@ class Runner:
     def __init__(self, method: str, target, params: SamplingParams, hf=None, seed: int = 0, tree: str = "auto"):
         self.method, self.target, self.params, self.hf, self.seed = method, target, params, hf, seed
         self.tree = None
+        self.last_prefill_s = 0.0
         if method not in HF_METHODS:
             self.drafter = make_drafter(method, target, tree_size=tree)
             self.tree = describe_tree(self.drafter)
@@ -119,6 +120,7 @@ class Runner:
         dec = SpeculativeDecoder(self.target, self.drafter, self.params, seed=self.seed, detail=False)
         t0 = time.perf_counter()
         dec.start(prompt_ids, max_new)
+        self.last_prefill_s = time.perf_counter() - t0  # same for every method: reported apart from the rounds
         res = dec.generate()
         secs = time.perf_counter() - t0
         depths = [max((n.depth for n in tr.nodes), default=0) for tr in res.traces]
@@ -203,7 +205,8 @@ def summarise(rows: list[dict]) -> dict:
         **({"per_round_ms": {
             "draft": 1000 * sum(r["draft_s"] for r in rows) / sum(rounds),
             "verify": 1000 * sum(r["verify_s"] for r in rows) / sum(rounds),
-            "other": 1000 * (secs - sum(r["draft_s"] + r["verify_s"] for r in rows)) / sum(rounds),
+            "other": 1000 * (secs - sum(r["draft_s"] + r["verify_s"] + r.get("prefill_s", 0.0) for r in rows)) / sum(rounds),
+            "prefill": 1000 * sum(r.get("prefill_s", 0.0) for r in rows) / sum(rounds),
             "nodes": sum(r["nodes"] for r in rows) / sum(rounds),
         }} if rounds else {}),
     }
@@ -247,7 +250,7 @@ def run(args) -> dict:
                 rows[m].append(
                     {"category": p["category"], "n_tokens": len(toks), "seconds": secs, "rounds": rounds, "accept_lens": acc,
                      "depths": depths, "draft_s": sum(t.draft_time_s for t in trs), "verify_s": sum(t.verify_time_s for t in trs),
-                     "nodes": sum(len(t.nodes) for t in trs)}
+                     "nodes": sum(len(t.nodes) for t in trs), "prefill_s": r.last_prefill_s}
                 )
         res = {}
         for m in methods:

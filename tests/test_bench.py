@@ -49,6 +49,7 @@ def test_bench_cli_writes_the_contracted_json(specbench_file, tmp_path, monkeypa
     assert res["eagle3"]["tree"]["total_tokens"] == best["total_tokens"]
     br = res["eagle3"]["per_round_ms"]
     assert br["draft"] > 0 and br["verify"] > 0 and br["nodes"] >= 1
+    assert br["prefill"] > 0 and br["other"] >= 0  # the prompt's prefill is not counted as per-round overhead
 
 
 def test_bench_rejects_bad_input(capsys):

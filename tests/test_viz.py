@@ -271,6 +271,10 @@ def test_round_time_figure_stacks_the_measured_parts():
     assert list(fig.data[0].y) == ["vanilla", "eagle3"]
     assert list(fig.data[0].x) == [0.1, 12.0] and list(fig.data[1].x) == [37.0, 48.0]
     assert any("2.50" in a.text and "40.0" in a.text for a in fig.layout.annotations)
+    for s in ("vanilla", "eagle3"):  # newer bench files list the prompt's prefill apart
+        methods[s]["per_round_ms"]["prefill"] = 3.0
+    fig = F.round_time_figure(methods, "en")
+    assert [tr.name for tr in fig.data][-1].startswith("prompt prefill") and list(fig.data[-1].x) == [3.0, 3.0]
 
 
 # ---------------------------------------------------------------------- one view of a whole round

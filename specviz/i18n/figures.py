@@ -38,6 +38,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "bench.draft": ("drafting", "起草"),
     "bench.verify": ("target pass + acceptance", "目标模型前向 + 接受判定"),
     "bench.other": ("other", "其他"),
+    "bench.prefill": ("prompt prefill (spread over the rounds)", "提示词预填充（分摊到每轮）"),
     "bench.tok_s": ("tok/s", "词元/秒"),
     "bench.ms_round": ("ms per round", "每轮毫秒"),
     "bench.round_time": ("Where a round's time goes", "每轮时间花在哪里"),

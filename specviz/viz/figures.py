@@ -390,10 +390,11 @@ def depth_acceptance_figure(rates_by_method: dict[str, list[float]], lang: str =
 
 def round_time_figure(methods: dict, lang: str = "en") -> go.Figure:
     """Where each method's round goes, from a `specviz.bench` result: stacked ms per round
-    (drafting, target pass + acceptance, the rest), labelled with tau and tokens/s. A method
+    (drafting, target pass + acceptance, the rest, and the prompt's prefill spread over the rounds), labelled with tau and tokens/s. A method
     pays off when tau outgrows its round time measured in vanilla rounds."""
     names = [m for m, s in methods.items() if isinstance(s, dict) and isinstance(s.get("per_round_ms"), dict)]
-    parts = (("draft", "#f58518"), ("verify", "#4c78a8"), ("other", "#bab0ac"))
+    parts = (("draft", "#f58518"), ("verify", "#4c78a8"), ("other", "#bab0ac"), ("prefill", "#e0dcd6"))
+    parts = tuple(p for p in parts if all(p[0] in methods[m]["per_round_ms"] for m in names))  # older files: no prefill
     fig = go.Figure()
     for key, color in parts:
         fig.add_trace(go.Bar(y=names, x=[max(0.0, methods[m]["per_round_ms"][key]) for m in names], orientation="h",
