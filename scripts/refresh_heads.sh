@@ -26,16 +26,19 @@
 # per-file overhead their timestamps show; the rest from the per-round costs of the idle machine
 # scaled by the work. `--quick eagle3` itself took 49 min at load average 8 (other work on the two
 # cores; steps 1-7: 0 / 90 / 198 / 115 / 39 / 2198 / 310 s): idle it should take well under 10.
+# Two steps were also run at full size into a scratch copy with the same head, and both gave the
+# shipped values exactly (only dates differ): step 5 (eagle3) took 81 s at load 6 -> 3, step 2
+# (eagle3) 10 min 40 s at load 3-5 (9 min 20 s of CPU).
 #   1 forget cached draft costs                       < 1 s
-#   2 acceptance profile (12 prompts x 96 tokens)     ~2-3 min per profiled method
+#   2 acceptance profile (12 prompts x 96 tokens)     ~5-10 min per profiled method
 #   3 device-tuned trees, fp32 + bf16                 ~1 min  (~2 min with --remeasure-costs)
 #   4 held-out evaluation                             ~2 min  (per-step on 64 held-out sequences, tau on 5 + 5 prompts)
 #   5 equal-tree acceptance (6 prompts x 64 tokens)   ~1 min per method
 #   6 benchmarks: 6 result files, every method        ~25 min (specbench_fp32_t0 ~8, t1 ~4, dense ~4, bf16 ~4,
 #                                                              humaneval ~3, heldout ~2)
 #   7 4 lesson rounds + machine.json, then replayed   ~2 min  (this step runs at full size under --quick too)
-#   total                                             ~35 min. eagle1 (EAGLE-1 and EAGLE-2): ~40 min;
-#   medusa: ~15 min (2 result files); sps: ~12 min (specbench_fp32_t0 and machine.json only)
+#   total                                             ~40 min. eagle1 (EAGLE-1 and EAGLE-2): ~50 min;
+#   medusa: ~20 min (2 result files); sps: ~12 min (specbench_fp32_t0 and machine.json only)
 #
 # What NO script re-makes (edit by hand after the refresh, from the refreshed files):
 #   - README.md: the fp32 and bf16 Spec-Bench tables and the paragraphs quoting tau / speedups
