@@ -103,10 +103,12 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 # With block weights, batch-1 passes of up to FUSED_MAX_TOKENS tokens (decoding, small draft trees)
 # run each layer in one C++ call; longer passes and batches (prefill, big trees, data generation) run
 # layer by layer in torch (flash attention) with the block matmul, which beats the dense one here at
-# every size measured (32 tokens 2.1x, 128 1.7x, 780 1.3x). The fused kernel's attention handles one
-# query at a time, so past ~6 tokens (after 300 cached) the torch layers win: measured on the 2-core
-# development CPU, fused/torch ms: 1 token 4.0/6.3, 4: 7.7/9.5, 6: 11.4/11.9, 8: 15.7/15.0, 24: 41/32.
-FUSED_MAX_TOKENS = 6
+# every size measured (32 tokens 2.1x, 128 1.7x, 780 1.3x). Since the fused kernel scores 16 keys at
+# a time with a register tile of 2 rows x 6 tokens (30 Nov 2026), it beats the torch layers up to 64
+# tokens after 300 cached: measured on the 2-core development CPU, 2 threads, fused/torch ms (two runs):
+# 8 tokens 20.1/25.2 and 19.7/23.5, 12: 24.7/31.4 and 29.1/30.7, 24: 49.7/53.8 and 59.3/64.3,
+# 32: 68.3/72.6 and 76.7/79.4 (single thread, 8: 34.6/44.7, 16: 65.0/73.1). 32 keeps a margin.
+FUSED_MAX_TOKENS = 32
 FUSED_LAYERS = True
 
 
