@@ -31,13 +31,14 @@ from ..engine import SpeculativeDecoder
 from ..examples import EXAMPLE_PROMPTS
 from ..heads.io import shipped_head_dir
 from ..loading import cache_root
-from ..machine import device_key, forward_curve, interpolate, machine, sync
+from ..machine import device_key, forward_curve, interpolate, machine, runtime_id, sync
 from ..sampling import SamplingParams
 from ..tree import DraftTree
 
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 64)
 MAX_DEPTH = 8  # deepest dynamic tree profiled
 PROFILE_FILE = "tree_profile.json"
+STALE_FACTOR = 2.0  # cached one-token pass more than this many times slower than now: measured busy
 
 
 # ----------------------------------------------------------------------------- profiles
@@ -204,6 +205,23 @@ def cost_file(model) -> Path:
     return cache_root() / "tuning" / f"{device_key(model)}.json"
 
 
+def _stale(model, data: dict, log=None) -> bool:
+    """Cached costs no longer describe this machine: measured with another runtime (kernel source,
+    fused-layer limit, torch), or measured while the machine was busy - a one-token pass timed then is
+    more than twice what it takes now. A first measurement under load would otherwise pick bad trees
+    for good. (Slower now than cached is kept: the machine is busy now, the cached costs are better.)"""
+    if data.get("runtime") != runtime_id(model):
+        why = "the runtime changed since they were measured"
+    else:
+        now = forward_curve(model, (1,), context=256, repeats=3)[1]
+        if float(data["forward"]["1"]) <= STALE_FACTOR * now:
+            return False
+        why = f"a one-token pass took {1000 * float(data['forward']['1']):.1f} ms then, {1000 * now:.1f} ms now"
+    if log:
+        log(f"measuring this device's costs again: {why}")
+    return True
+
+
 def device_costs(target, method: str, profile: dict, remeasure: bool = False, log=None, build=None) -> dict:
     """Measured costs (seconds) for `method` on this device; cached after the first call.
     `build()` makes the method's drafter with the papers' tree (specviz.methods passes it)."""
@@ -215,12 +233,15 @@ def device_costs(target, method: str, profile: dict, remeasure: bool = False, lo
             data = json.loads(f.read_text())
         except ValueError:
             data = {}
+    if "forward" in data and _stale(model, data, log):
+        data = {}
     changed = False
     if "forward" not in data:
         if log:
             log("measuring the target's forward cost for 1..64 tree tokens on this device (once)")
         data["forward"] = {str(n): t for n, t in forward_curve(model, GRID, context=256, repeats=3).items()}
         data["machine"], data["date"] = machine(), dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        data["runtime"] = runtime_id(model)
         changed = True
     key = f"draft.{method}"
     if key not in data:
