@@ -253,12 +253,12 @@ def run(base: str, sessions: int, rounds: int, timeout: float, method: str = "pl
     barrier = threading.Barrier(sessions)
     threads = [threading.Thread(target=drive, args=(Client(base, timeout), p, rounds, barrier, o, page), daemon=True)
                for p, o in zip(plans, outcomes)]
-    t0, cpu0 = time.perf_counter(), cpu_seconds(server_pid)
+    t0, cpu0, own0 = time.perf_counter(), cpu_seconds(server_pid), time.process_time()
     for th in threads:
         th.start()
     for th in threads:
         th.join(timeout * (rounds + 3))
-    wall, cpu1 = time.perf_counter() - t0, cpu_seconds(server_pid)
+    wall, cpu1, own1 = time.perf_counter() - t0, cpu_seconds(server_pid), time.process_time()
     stuck = [o.plan.index for o, th in zip(outcomes, threads) if th.is_alive()]
 
     mismatches = []
@@ -278,6 +278,8 @@ def run(base: str, sessions: int, rounds: int, timeout: float, method: str = "pl
         "max_s": lat[-1] if lat else float("nan"),
         "cpu_per_step_s": (cpu1 - cpu0) / len(lat) if lat and cpu0 is not None and cpu1 is not None else None,
         "engine_per_round_s": statistics.mean(engine) if engine else None,
+        # the simulated students (HTTP, parsing each page's JSON) run on the same cores as the server
+        "client_cpu_per_step_s": (own1 - own0) / len(lat) if lat else None,
         "errors": [f"session {o.plan.index}: {e}" for o in outcomes for e in o.errors],
         "stuck": stuck, "mismatches": mismatches,
         "ok": not stuck and not mismatches and not any(o.errors for o in outcomes),
@@ -325,7 +327,8 @@ def main(argv=None) -> int:
               f"(next-round only: p50 {1000 * res['next_p50_s']:.0f} ms, p95 {1000 * res['next_p95_s']:.0f} ms)")
         cpu, eng = res["cpu_per_step_s"], res["engine_per_round_s"]
         print(f"server CPU per step {'n/a (not our server)' if cpu is None else f'{1000 * cpu:.0f} ms'}; "
-              f"engine time per round {'n/a' if eng is None else f'{1000 * eng:.0f} ms'} (from the traces)")
+              f"engine time per round {'n/a' if eng is None else f'{1000 * eng:.0f} ms'} (from the traces); "
+              f"this client's CPU per step {1000 * (res['client_cpu_per_step_s'] or 0):.0f} ms (same cores)")
         for line in res["errors"] + res["mismatches"] + [f"session {i} did not finish" for i in res["stuck"]]:
             print("FAIL", line)
         print(("OK: every session matched its solo run byte for byte" if res["page"] == "decode" else "OK: no errors")

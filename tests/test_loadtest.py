@@ -9,7 +9,7 @@ import time
 import pytest
 
 from specviz import SpecVizError
-from specviz.concurrency import WorkGate, configure_threads, default_workers
+from specviz.concurrency import WorkGate, configure_threads, default_workers, server_threads
 
 
 def test_gate_bounds_and_fifo_order():
@@ -87,7 +87,12 @@ def test_worker_and_thread_settings(monkeypatch):
     with pytest.raises(SpecVizError):
         default_workers()
     monkeypatch.delenv("SPECVIZ_WORKERS")
-    assert default_workers(cuda=False) == 1
+    monkeypatch.delenv("SPECVIZ_TORCH_THREADS", raising=False)
+    for cores, workers, threads in [(1, 1, 1), (2, 2, 1), (3, 2, 1), (4, 1, 3), (16, 1, 15)]:
+        monkeypatch.setattr("specviz.concurrency._cores", lambda c=cores: c)
+        assert default_workers(cuda=False) == workers
+        assert server_threads() == threads  # every core computes once; the page gets the spare one
+    monkeypatch.undo()
     old = torch.get_num_threads()
     try:
         n = configure_threads(1, cuda=False)
@@ -180,4 +185,6 @@ def test_waiting_notice_text():
     _show_wait(slot)(2)
     assert slot.msg.startswith("Waiting for 2 requests ahead")
     _show_wait(slot)(1)
-    assert "1 request ahead" in slot.msg
+    assert "1 request ahead" in slot.msg and "one computation at a time" in slot.msg
+    _show_wait(slot, 2)(3)
+    assert "3 requests ahead" in slot.msg and "2 computations at a time" in slot.msg

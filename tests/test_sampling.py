@@ -95,3 +95,32 @@ def test_sample_matches_its_distribution_and_never_draws_zero_mass():
     assert counts[[0, 2, 6]].sum() == 0
     nz = d > 0
     assert chisquare(counts[nz].numpy(), (d[nz] * 20_000).numpy()).pvalue > 0.001
+
+
+@pytest.mark.parametrize("shape", [(49152,), (7, 49152), (5, 16384)])
+@pytest.mark.parametrize("p", [0.9, 0.5, 0.999])
+def test_fast_top_p_mask_equals_the_sorting_reference(shape, p):
+    """The numpy value sort path must give the reference's mask bit for bit (and actually run)."""
+    from specviz.sampling import _top_p_remove, _top_p_remove_fast
+
+    g = torch.Generator().manual_seed(len(shape) * 100 + int(p * 1000))
+    logits = torch.randn(*shape, generator=g) * 4
+    logits[..., :100] = -float("inf")  # a top-k cut before top-p
+    fast = _top_p_remove_fast(logits, p)
+    assert fast is not None
+    assert torch.equal(fast, _top_p_remove(logits, p))
+    assert 0 < int(fast.sum()) < logits.numel()
+
+
+def test_fast_top_p_steps_aside_on_a_tie_at_the_boundary():
+    """Equal values straddling the cut: which one goes depends on the sort's index order, so the
+    fast path must refuse and the warper must still equal HF's."""
+    from specviz.sampling import _top_p_remove_fast
+
+    logits = torch.tensor([[0.0, 0.0, 5.0, 5.0, 1.0]])
+    # ascending cumulative mass ~[.003, .007, .016, .508, 1]: with p = 0.4 the cut (<= 0.6) falls
+    # between the two 5.0s
+    assert _top_p_remove_fast(logits, 0.4) is None
+    ours = warp_logits(logits, SamplingParams(1.0, 0, 0.4))
+    assert torch.equal(torch.isinf(ours), torch.isinf(hf_warp(logits, 1.0, 0, 0.4)))
+    assert int(torch.isinf(ours).sum()) == 4

@@ -13,10 +13,11 @@ from ..concurrency import gate
 from .state import lang
 
 
-def _show_wait(slot):
+def _show_wait(slot, workers: int = 1):
     def show(ahead: int):
-        msg = (f"Waiting for {ahead} request{'s' if ahead != 1 else ''} ahead (the server runs one computation at a time)…"
-               if lang() != "zh" else f"排队中：前面还有 {ahead} 个请求……")
+        at_once = "one computation" if workers == 1 else f"{workers} computations"
+        msg = (f"Waiting for {ahead} request{'s' if ahead != 1 else ''} ahead (the server runs {at_once} at a time)…"
+               if lang() != "zh" else f"排队中：前面还有 {ahead} 个请求（服务器同时运行 {workers} 个计算）……")
         try:
             slot.info(msg, icon=":material/hourglass_top:")
         except Exception:  # noqa: BLE001 - no page to draw on (tests, callbacks after a rerun)
@@ -41,7 +42,7 @@ def heavy_work():
     except Exception:  # noqa: BLE001
         pass
     try:
-        with g.slot(on_wait=_show_wait(slot) if slot is not None else None, timeout=600):
+        with g.slot(on_wait=_show_wait(slot, g.workers) if slot is not None else None, timeout=600):
             if slot is not None:
                 slot.empty()
             _HELD.depth = 1
