@@ -16,6 +16,7 @@ from . import SpecVizError
 from .bugs import get_policy
 from .drafters.base import Drafter, NoDraft
 from .sampling import SamplingParams, probs, sample
+from .target_rows import TargetRows
 from .trace import NodeTrace, RoundTrace
 from .tree import DraftTree
 from .verify import VerifyResult, rule_name, verify
@@ -163,19 +164,14 @@ class SpeculativeDecoder:
         out = self.model.forward(
             torch.tensor([tree.tokens]), self.cache,
             positions=None if n == 1 else torch.tensor(positions),  # None: the one next position, L
-            tree_mask=None if n == 1 else torch.tensor(rows, dtype=torch.bool), taps=self.drafter.taps,
+            tree_mask=None if n == 1 else torch.tensor(rows, dtype=torch.bool), taps=self.drafter.taps, head=False,
         )
-        logits = out.logits[0]
-        best = None
-        if self.params.greedy:  # one argmax serves p (one-hot) and the walk
-            idx = logits.argmax(-1, keepdim=True)
-            p = torch.zeros_like(logits, dtype=torch.float32).scatter_(-1, idx, 1.0)
-            best = idx[:, 0].tolist()
-        else:
-            p = probs(logits, self.params)  # WARPED target distributions (temperature, top-k, top-p)
-        p_raw = logits.softmax(-1) if self.variant != "correct" or (self.detail and self.params.greedy) else None
-        if tree.sampled and p.device.type != "cpu":  # drawn drafts keep their q rows on the CPU: verify there
-            p, p_raw = p.cpu(), None if p_raw is None else p_raw.cpu()
+        # p after each node, computed only where it is used (specviz.target_rows): the walk's path,
+        # and in a detailed trace every inner node (the p of each drafted token comes from its parent)
+        target_rows = self._target_rows(out, tree)
+        target_rows.ensure([0] + (tree.inner_nodes() if self.detail else []))
+        p, p_raw = target_rows.p, target_rows.raw
+        best = target_rows.argmax if self.params.greedy else None
         if n == 1:  # vanilla: nothing to verify, just draw the next token from p
             res = _vanilla_result(tree, p[0], self.params, self.generator, best)
         else:  # the acceptance walk (specviz.verify): min(1, p/q), residual norm(max(p - q, 0)), bonus from p
@@ -203,9 +199,24 @@ class SpeculativeDecoder:
         self.generated.extend(committed)
         if len(self.generated) >= self.max_new_tokens:
             self.done = True
-        trace = self._trace(tree, L, p, p_raw, res, committed, t_start, t_draft, t_verify, rng_state, positions, rows)
+        trace = self._trace(tree, L, target_rows, res, committed, t_start, t_draft, t_verify, rng_state, positions, rows)
         self.traces.append(trace)
         return trace
+
+    def _target_rows(self, out, tree: DraftTree) -> TargetRows:
+        """The lazy p (and raw softmax) rows of one verify pass."""
+        if out.logits is not None:  # a captured CUDA graph computed the LM head already
+            full = out.logits[0]
+            logits_of = lambda rows: full[rows]  # noqa: E731
+            device = full.device
+        else:
+            hidden = out.hidden[0]
+            logits_of = lambda rows: self.model.logits(hidden[rows])  # noqa: E731
+            device = hidden.device
+        want_raw = self.variant != "correct" or (self.detail and self.params.greedy)
+        # drawn drafts keep their q rows on the CPU: verify there
+        return TargetRows(logits_of, len(tree), self.model.cfg.vocab_size, self.params, raw=want_raw,
+                          device="cpu" if tree.sampled else device)
 
     def generate(self, prompt=None, max_new_tokens: int = 128, chat: bool = True, progress=None) -> GenerationResult:
         """Run rounds until EOS or the budget; `progress(n_tokens, budget)` is called per round."""
@@ -238,18 +249,32 @@ class SpeculativeDecoder:
         text = self.tok.token_text
         return [[[t, text(t), x] for t, x in zip(ti, vi) if x > 0] for ti, vi in zip(i.tolist(), v.tolist())]
 
-    def _trace(self, tree: DraftTree, L, p, p_raw, res, committed, t_start, t_draft, t_verify, rng_state,
+    def _trace(self, tree: DraftTree, L, target_rows: TargetRows, res, committed, t_start, t_draft, t_verify, rng_state,
                positions, rows) -> RoundTrace:
         text = self.tok.token_text if self.detail else (lambda t: "")
         accepted = set(res.accepted)
         tried = {s.node for s in res.steps}
         depths, ranks, parents, tokens = tree.depths, tree.ranks, tree.parents, tree.tokens
-        # p of every drafted token under its parent's row, in one gather
-        p_tok = [None] + p[parents[1:], tokens[1:]].tolist() if len(tree) > 1 else [None]
-        greedy_raw = self.params.greedy and p_raw is not None
         n = len(tree)
-        p_tops = self._tops(p) if self.detail else [[]] * n
-        raw_tops = self._tops(p_raw) if greedy_raw else [[]] * n
+        # p of every drafted token under its parent's row (a detailed trace computed every inner
+        # row; a plain one has p only where the walk went)
+        known = set(target_rows.computed())
+        kids = [i for i in range(1, n) if parents[i] in known]
+        p_tok = [None] * n
+        for i, v in zip(kids, target_rows.gather([parents[i] for i in kids], [tokens[i] for i in kids])):
+            p_tok[i] = v
+        greedy_raw = self.params.greedy and target_rows.raw is not None
+        # the target's top next tokens after each node whose row was computed (not after leaves
+        # the walk never reached: nothing of this round depends on them)
+        done = target_rows.computed() if self.detail else []
+        p_tops = [[]] * n
+        raw_tops = [[]] * n
+        if done:
+            for i, top in zip(done, self._tops(target_rows.matrix(done))):
+                p_tops[i] = top
+            if greedy_raw:
+                for i, top in zip(done, self._tops(target_rows.matrix(done, "raw"))):
+                    raw_tops[i] = top
         q_tops = {}
         if self.detail and tree.dists:
             q_ids = sorted(tree.dists)

@@ -81,8 +81,9 @@ class KVCache:
 
 @dataclass
 class ForwardOut:
-    logits: torch.Tensor  # [B, T, V] (or [B, 1, V] with last_only)
+    logits: torch.Tensor | None  # [B, T, V] (or [B, 1, V] with last_only); None with head=False
     taps: dict = field(default_factory=dict)  # layer index -> input of that layer; "final" -> normed output
+    hidden: torch.Tensor | None = None  # [B, T, H] normed last hidden state, with head=False (LM head: `logits`)
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -250,6 +251,7 @@ class TargetModel:
         taps=(),
         last_only: bool = False,
         blocks: bool = True,
+        head: bool = True,
     ) -> ForwardOut:
         """Run T new tokens after the committed context.
 
@@ -258,6 +260,8 @@ class TargetModel:
         (default causal); taps: layer indices whose *input* to return, plus "final" for the
         normed last hidden state. The new K/V stay pending until `cache.commit`.
         `blocks=False` forces the dense weights (to compare costs; the results agree to ~1e-5).
+        `head=False` skips the LM head and returns the normed hidden states instead (the caller
+        applies `logits` to the rows it needs; a captured CUDA graph still returns logits).
         """
         if tokens.dim() == 1:
             tokens = tokens[None]
@@ -293,6 +297,8 @@ class TargetModel:
         if last_only:
             x = x[:, -1:]
         cache.pending = T
+        if not head:
+            return ForwardOut(logits=None, taps=out_taps, hidden=x)
         return ForwardOut(logits=self.logits(x, blocks), taps=out_taps)
 
     def _layers_fused(self, tokens, cache, cos, sin, tree_mask, taps, out_taps) -> torch.Tensor:

@@ -74,6 +74,10 @@ class DraftTree:
             kids[self.parents[i]].append(i)
         return kids
 
+    def inner_nodes(self) -> list[int]:
+        """Nodes with at least one child, in node order (their rows give p of every drafted token)."""
+        return sorted(set(self.parents[1:]))
+
     @property
     def branching(self) -> bool:
         """Some node has more than one child (a tree, not a chain)."""
