@@ -7,7 +7,7 @@ compared byte for byte between sessions, and rendered without touching the engin
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 TopList = list  # list of [token_id, token_text, probability]
 
@@ -73,8 +73,16 @@ class RoundTrace:
         """Tokens this round added (accepted drafts + 1): the per-round tau."""
         return len(self.committed)
 
+    def to_dict(self) -> dict:
+        """The trace as plain dicts and lists, keys in field order: `dataclasses.asdict` without
+        its deep copy (5 ms for a 24-node round, paid by every step of a classroom server)."""
+        d = dict(vars(self))
+        d["nodes"] = [dict(vars(n)) for n in self.nodes]
+        d["steps"] = [dict(vars(s)) for s in self.steps]
+        return d
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False)
+        return json.dumps(self.to_dict(), ensure_ascii=False)
 
     @classmethod
     def from_dict(cls, d: dict) -> "RoundTrace":

@@ -120,3 +120,14 @@ def test_deep_link_opens_a_step():
     fresh.query_params["step"] = "zz"
     fresh.run()
     assert not fresh.exception and fresh.session_state["lesson_step"] == 1
+
+
+def test_trace_json_equals_dataclasses_asdict():
+    """`RoundTrace.to_json` skips asdict's deep copy; the text must stay the same, key order too."""
+    import dataclasses
+    import json
+
+    for key in ("eagle3-greedy", "eagle3-sampled-reject", "eagle1-greedy"):
+        tr = LS.load_round(key).trace
+        assert tr.to_json() == json.dumps(dataclasses.asdict(tr), ensure_ascii=False)
+        assert tr.to_dict()["nodes"][0] is not vars(tr.nodes[0])  # a copy: editing it leaves the trace alone
