@@ -15,7 +15,7 @@ import torch
 from . import SpecVizError
 from .bugs import get_policy
 from .drafters.base import Drafter, NoDraft
-from .sampling import SamplingParams, probs, sample
+from .sampling import SamplingParams, sample
 from .target_rows import TargetRows
 from .trace import NodeTrace, RoundTrace
 from .tree import DraftTree
