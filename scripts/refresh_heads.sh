@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Re-make every shipped artefact that was measured with a shipped head, after that head changed.
 #
-#   bash scripts/refresh_heads.sh [--dry-run | --quick] [--remeasure-costs] HEAD[,HEAD...]
+#   bash scripts/refresh_heads.sh [--dry-run | --quick] [--remeasure-costs] [--no-bench] HEAD[,HEAD...]
 #                                                        HEAD: eagle1 eagle3 medusa sps
 #
 #   (no flag)   full size, writes into assets/ (run it on an IDLE machine: the benchmarks time things)
@@ -12,6 +12,8 @@
 #   --remeasure-costs  also re-measure this machine's cached forward curve and per-round overhead
 #               (fp32 and bf16) before tuning, for every tree method: do it when the cached costs
 #               were measured on a busy machine (they choose every device-tuned tree below).
+#   --no-bench  skip step 6 (the ~25-minute benchmarks); it lists the result files left stale, whose
+#               speeds and taus are then the previous head's until the step is run.
 #
 # A head folder serves several methods: eagle1 -> EAGLE-1 and EAGLE-2 (EAGLE-2 drafts with EAGLE-1's
 # head), eagle3 -> EAGLE-3, medusa -> Medusa, sps -> SpS. Each step re-makes its artefact with the
@@ -56,15 +58,17 @@
 #   - assets/heads/.../<head>/train_info.json, config.json, model.safetensors: the training run's.
 set -euo pipefail
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 MODE=full
 REMEASURE=0
+BENCH=1
 HEADS_ARG=""
 for a in "$@"; do
   case "$a" in
     --dry-run) MODE=dry ;;
     --quick) MODE=quick ;;
     --remeasure-costs) REMEASURE=1 ;;
+    --no-bench) BENCH=0 ;;
     -h|--help) usage ;;
     -*) echo "unknown option $a" >&2; usage ;;
     *) HEADS_ARG="$a" ;;
@@ -180,6 +184,7 @@ step "6 benchmarks that ran $METHODS"
 out=$(helper results-using "$METHODS"); mapfile -t FILES <<< "$out"
 for f in "${FILES[@]}"; do
   [ -n "$f" ] || continue
+  if [ "$BENCH" = 0 ]; then echo "  skipped (--no-bench), still the previous head's: $f"; continue; fi
   out=$(helper bench-args "$f" "${QUICK[@]}"); mapfile -t args <<< "$out"
   run "$PY" -m specviz.bench "${args[@]}" --out "$f"
 done
