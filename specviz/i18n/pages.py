@@ -129,10 +129,10 @@ STRINGS: dict[str, tuple[str, str]] = {
     "cmpx.gap_title": ("Why our numbers are far below the papers'", "为什么我们的数字远低于论文"),
     "cmpx.gap": (
         "- **A 135M-parameter target.** The papers draft for 7-70B models. Here one draft step (a decoder layer plus a 49k-word LM head) costs a sizeable fraction of a whole target pass, so drafting is relatively expensive, and a small model's next token is harder to guess from its features.\n"
-        "- **Heads trained on a CPU, briefly.** EAGLE-3: 3,408 regenerated ShareGPT conversations, 110 minutes on 2 cores; EAGLE-1 (also used by EAGLE-2) and Medusa: 672 conversations, 10 and 5 minutes (assets/heads/…/TRAINING.md). The papers train on GPUs with tens of thousands of conversations (EAGLE-1: about 68,000 ShareGPT dialogues). Our heads were still improving when training stopped.\n"
+        "- **Heads trained on a CPU, briefly.** EAGLE-3: 3,408 regenerated ShareGPT conversations, 110 minutes on 2 cores, then fine-tuned for 50 minutes on 3,779 more; EAGLE-1 (also used by EAGLE-2) and Medusa: 672 conversations, 10 and 5 minutes (assets/heads/…/TRAINING.md). The papers train on GPUs with tens of thousands of conversations (EAGLE-1: about 68,000 ShareGPT dialogues). Our heads were still improving when training stopped.\n"
         "- **Extra tokens are not free on this CPU.** In fp32 a 16-token pass costs several times a 1-token pass here (see the what-if), so the tuned trees are tiny and the speedup is below 1, although at equal trees EAGLE-3 keeps the most tokens per round, as in the papers.",
         "- **目标模型只有 1.35 亿参数。** 论文中的目标模型有 70 亿到 700 亿参数。这里一步起草（一个解码器层加一个 4.9 万词的 LM 头）就占整个目标前向相当大的比例，因此起草相对昂贵；而且小模型的下一个 token 更难从其特征中猜出。\n"
-        "- **草稿头在 CPU 上短时间训练。** EAGLE-3：3,408 条由目标模型重新生成回答的 ShareGPT 对话，在 2 个核心上训练 110 分钟；EAGLE-1（EAGLE-2 也用它）和 Medusa：672 条对话，分别训练 10 分钟和 5 分钟（见 assets/heads/…/TRAINING.md）。论文在 GPU 上用数万条对话训练（EAGLE-1：约 68,000 条 ShareGPT 对话）。我们的草稿头在训练停止时仍在进步。\n"
+        "- **草稿头在 CPU 上短时间训练。** EAGLE-3：3,408 条由目标模型重新生成回答的 ShareGPT 对话，在 2 个核心上训练 110 分钟，再用另外 3,779 条对话微调 50 分钟；EAGLE-1（EAGLE-2 也用它）和 Medusa：672 条对话，分别训练 10 分钟和 5 分钟（见 assets/heads/…/TRAINING.md）。论文在 GPU 上用数万条对话训练（EAGLE-1：约 68,000 条 ShareGPT 对话）。我们的草稿头在训练停止时仍在进步。\n"
         "- **在这台 CPU 上额外 token 并不免费。** 以 fp32 运行时，一次处理 16 个 token 的前向要花单个 token 的好几倍（见硬件假设推演），所以调优后的树非常小，加速比低于 1；尽管如此，在相同大小的树下，EAGLE-3 每轮保留的 token 最多，与论文一致。",
     ),
     "cmpx.run_settings": ("Run settings, machine and date", "运行设置、机器与日期"),
