@@ -258,7 +258,8 @@ class SpeculativeDecoder:
         n = len(tree)
         # p of every drafted token under its parent's row (a detailed trace computed every inner
         # row; a plain one has p only where the walk went)
-        known = set(target_rows.computed())
+        computed = target_rows.computed()
+        known = set(computed)
         kids = [i for i in range(1, n) if parents[i] in known]
         p_tok = [None] * n
         for i, v in zip(kids, target_rows.gather([parents[i] for i in kids], [tokens[i] for i in kids])):
@@ -266,7 +267,7 @@ class SpeculativeDecoder:
         greedy_raw = self.params.greedy and target_rows.raw is not None
         # the target's top next tokens after each node whose row was computed (not after leaves
         # the walk never reached: nothing of this round depends on them)
-        done = target_rows.computed() if self.detail else []
+        done = computed if self.detail else []
         p_tops = [[]] * n
         raw_tops = [[]] * n
         if done:

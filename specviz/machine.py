@@ -3,6 +3,7 @@ the Why-it-is-free page (so all three measure the same way)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import platform
 import re
@@ -42,13 +43,17 @@ def device_key(model) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{model.name}-{dtype}-{dev}")[:150]
 
 
+@functools.lru_cache(maxsize=1)
+def _kernel_digest() -> str:
+    return hashlib.sha256((Path(__file__).with_name("kernels") / "blockmm.cpp").read_bytes()).hexdigest()[:12]
+
+
 def runtime_id(model) -> str:
     """What decides a pass's cost besides the machine: torch, and for GGUF blocks the C++ kernel's
     source and the largest pass its fused layer serves. Cached costs carry it (tuning)."""
     rid = f"torch {torch.__version__}"
     if getattr(model, "blocks", None) is not None:
-        src = Path(__file__).with_name("kernels") / "blockmm.cpp"
-        rid += f", blockmm {hashlib.sha256(src.read_bytes()).hexdigest()[:12]}, fused <= {model.fused_max_tokens}"
+        rid += f", blockmm {_kernel_digest()}, fused <= {model.fused_max_tokens}"
     return rid
 
 

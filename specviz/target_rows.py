@@ -34,13 +34,6 @@ class RowView:
     def dim(self) -> int:
         return 2
 
-    @property
-    def device(self) -> torch.device:
-        return self._owner.device
-
-    def __len__(self) -> int:
-        return self._owner.n
-
     def __getitem__(self, index):
         if isinstance(index, tuple):
             row, col = index

@@ -75,7 +75,6 @@ STRINGS: dict[str, tuple[str, str]] = {
     ),
     "c.empty_prompt": ("The prompt is empty: type something for the model to answer.", "提示词为空：请输入要让模型回答的内容。"),
     "c.device_cpu": ("cpu ({n} threads)", "CPU（{n} 个线程）"),
-    "c.queue_wait": ("Waiting for {n} request(s) ahead (the server runs {w} computation(s) at a time)…", "排队中：前面还有 {n} 个请求（服务器同时运行 {w} 个计算）……"),
     "c.loading_model": ("Loading the model…", "正在加载模型……"),
     "c.prompt_too_long": ("The prompt has {n:,} characters; SpecViz takes at most {max:,}. Shorten it.", "提示词有 {n:,} 个字符，最多 {max:,} 个，请缩短。"),
     "sb.runs_on": ("Runs on {device}", "运行设备：{device}"),

@@ -205,16 +205,24 @@ def cost_file(model) -> Path:
     return cache_root() / "tuning" / f"{device_key(model)}.json"
 
 
-def _stale(model, data: dict, log=None) -> bool:
+_HOLDS: set = set()  # (cost file, runtime, cached one-token time) this process already found current
+
+
+def _stale(model, data: dict, path: Path, log=None) -> bool:
     """Cached costs no longer describe this machine: measured with another runtime (kernel source,
     fused-layer limit, torch), or measured while the machine was busy - a one-token pass timed then is
     more than twice what it takes now. A first measurement under load would otherwise pick bad trees
-    for good. (Slower now than cached is kept: the machine is busy now, the cached costs are better.)"""
+    for good. (Slower now than cached is kept: the machine is busy now, the cached costs are better.)
+    The timing check runs once per process and cached entry, not on every tuned drafter."""
+    key = (str(path), data.get("runtime"), data["forward"].get("1"))
+    if key in _HOLDS:
+        return False
     if data.get("runtime") != runtime_id(model):
         why = "the runtime changed since they were measured"
     else:
         now = forward_curve(model, (1,), context=256, repeats=3)[1]
         if float(data["forward"]["1"]) <= STALE_FACTOR * now:
+            _HOLDS.add(key)
             return False
         why = f"a one-token pass took {1000 * float(data['forward']['1']):.1f} ms then, {1000 * now:.1f} ms now"
     if log:
@@ -233,7 +241,7 @@ def device_costs(target, method: str, profile: dict, remeasure: bool = False, lo
             data = json.loads(f.read_text())
         except ValueError:
             data = {}
-    if "forward" in data and _stale(model, data, log):
+    if "forward" in data and _stale(model, data, f, log):
         data = {}
     changed = False
     if "forward" not in data:
