@@ -47,6 +47,9 @@ def root_only_trace() -> RoundTrace:
 def _is_fig(f):
     assert isinstance(f, go.Figure)
     json.loads(f.to_json())  # serialisable for the browser
+    # builders may skip Plotly's validators (viz.figures.spec_figure): every property must still
+    # be one Plotly knows, with a valid value (this constructor raises ValueError otherwise)
+    go.Figure(f.to_dict())
     return f
 
 
@@ -388,3 +391,13 @@ def test_tree_hover_follows_the_stage_and_the_rule():
     assert "p/q" in accept and "u = 0.770" in accept  # the chain rule divides by the drawn q
     one = hovers(F.tree_figure(onehot_trace()))
     assert "p/q" not in one and "a = 0.300" in one  # one-hot q: a = p_res(x), no ratio to the draft's q
+
+
+def test_unvalidated_figure_properties_are_still_checked():
+    """`_is_fig` catches a misspelt property or a bad value in a figure built without Plotly's
+    validators, so every builder test above also checks its figure's properties."""
+    with pytest.raises(ValueError):
+        _is_fig(F.spec_figure([dict(type="scatter", x=[1], colour="red")], {}))
+    with pytest.raises(ValueError):
+        _is_fig(F.spec_figure([dict(type="bar", x=[1], y=[2])], dict(height="tall")))
+    _is_fig(F.spec_figure([dict(type="bar", x=[1], y=[2])], dict(height=300)))

@@ -22,7 +22,7 @@ from specviz.viz import (
     colored_text_html,
     figure_html,
     legend_html,
-    node_pq_figure,
+    node_pq_panel,
     token_sources,
     tree_figure,
 )
@@ -130,15 +130,6 @@ def tree_chart(trace, make_fig, key):
     return fig, sel_now
 
 
-def _pq_panel(trace, shown: int, L: str, reveal: bool = True):
-    """The p-vs-q bars of one node, title split off (it goes above, clear of the modebar);
-    q only before the verify pass (`reveal` False)."""
-    pq = node_pq_figure(trace, shown, L, reveal=reveal)
-    title = pq.layout.title.text or ""
-    pq.update_layout(title=None, margin=dict(t=20))
-    return title, pq
-
-
 def round_view(sess, view: int, L: str):
     """One round, stage by stage: the tree (click a node), its p-vs-q bars, mask or acceptance walk."""
     traces = sess.traces
@@ -181,7 +172,7 @@ def round_view(sess, view: int, L: str):
     with right:
         shown = sel if sel is not None else 0
         reveal = stage == "accept" or (stage == "verify" and shown != EXTRA_ID)
-        title, pq = cached("pq", trace, L, shown, reveal, build=lambda: _pq_panel(trace, shown, L, reveal))
+        title, pq = cached("pq", trace, L, shown, reveal, build=lambda: node_pq_panel(trace, shown, L, reveal))
         if sel is not None:
             st.markdown(f"**{tr('dec.selected', id='★' if sel == EXTRA_ID else sel)}**")
         st.markdown(title)

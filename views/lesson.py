@@ -16,7 +16,7 @@ from specviz.app.gate import heavy_work
 from specviz.app.model import load_shared_target
 from specviz.app.sidebar import page_setup
 from specviz.app.state import lang, tr
-from specviz.viz import EXTRA_ID, ancestors, node_pq_figure, show_token, tree_figure
+from specviz.viz import EXTRA_ID, ancestors, node_pq_panel, show_token, tree_figure
 from specviz.viz.lesson import bottleneck_figure, pass_ratio, predicted_rows
 from specviz.viz.mask import attention_figure
 from specviz.viz.round import committed_html, extra_dist_figure, extra_title, round_table, rule_caption, walk_u_figure
@@ -149,9 +149,8 @@ def pq_beside_table(tr_, sel, stage: str, chart_key: str):
     cols = st.columns([2, 3])
     with cols[0]:
         shown = sel if sel is not None and sel != EXTRA_ID else 0
-        pq = node_pq_figure(tr_, shown, L, reveal=stage != "draft")
-        st.markdown(pq.layout.title.text or "")
-        pq.update_layout(title=None, margin=dict(t=20))
+        title, pq = node_pq_panel(tr_, shown, L, reveal=stage != "draft")
+        st.markdown(title)
         st.plotly_chart(pq, key=f"{chart_key}_{shown}{sfx}", config=CFG)
     with cols[1]:
         st.dataframe(round_table(tr_, L, stage=stage), hide_index=True, width="stretch", height=380)

@@ -41,6 +41,14 @@ LEGEND_TOP = dict(orientation="h", yanchor="bottom", y=1.02, x=0, xanchor="left"
 EXTRA_ID = -1  # customdata id of the extra (bonus / corrected) token drawn after the tree
 
 
+def spec_figure(data: list[dict], layout: dict) -> go.Figure:
+    """A figure from plain Plotly JSON (traces with their "type"), not validated property by
+    property: the figures drawn on every stepped round cost 5-10 ms each through Plotly's
+    validators and `update_layout` path parsing, under the one GIL a classroom server shares
+    (30 students: ~15% of a step's CPU). tests/test_viz.py validates every builder's output."""
+    return go.Figure({"data": data, "layout": layout}, _validate=False)
+
+
 def show_token(text: str) -> str:
     """A token's text made visible in a label: spaces as ␣, newlines as ↵, tabs as ⇥."""
     if text is None:
@@ -167,7 +175,7 @@ def tree_figure(
     shown = [n for n in trace.nodes if max_depth is None or n.depth <= max_depth]
     shown_ids = {n.id for n in shown}
     path = set(ancestors(trace, selected)) if selected is not None and selected >= 0 else set()
-    fig = go.Figure()
+    data = []
     ex, ey, px_, py_ = [], [], [], []
     for n in shown:
         if n.parent >= 0 and n.parent in shown_ids:
@@ -175,38 +183,38 @@ def tree_figure(
             tgt = (px_, py_) if (n.id in path and n.parent in path) else (ex, ey)
             tgt[0].extend([x0, x1, None])
             tgt[1].extend([y0, y1, None])
-    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#b0b0b0", width=1.5), hoverinfo="skip", showlegend=False))
+    data.append(dict(type="scatter", x=ex, y=ey, mode="lines", line=dict(color="#b0b0b0", width=1.5), hoverinfo="skip", showlegend=False))
     if px_:
-        fig.add_trace(go.Scatter(x=px_, y=py_, mode="lines", line=dict(color="#08306b", width=3, dash="dot"), hoverinfo="skip", showlegend=False))
+        data.append(dict(type="scatter", x=px_, y=py_, mode="lines", line=dict(color="#08306b", width=3, dash="dot"), hoverinfo="skip",
+                         showlegend=False))
     statuses = ["root", "accepted", "rejected", "untried"] if reveal else ["root", "drafted"]
     big = len(shown) > 16  # 25-60 node trees: smaller markers and labels, untried nodes faded
     for st in statuses:
         group = [n for n in shown if (n.status if reveal else ("root" if n.parent < 0 else "drafted")) == st]
         if not group:
             continue
-        fig.add_trace(
-            go.Scatter(
-                x=[pos[n.id][0] for n in group],
-                y=[pos[n.id][1] for n in group],
-                mode="markers+text",
-                marker=dict(
-                    size=[(20 if big else 30) if n.id == selected else (13 if big else 22) for n in group],
-                    color=STATUS_COLORS[st],
-                    opacity=0.45 if (st == "untried" and big) else 1.0,
-                    line=dict(
-                        color=["#08306b" if n.id in path else "white" for n in group],
-                        width=[3 if n.id in path else 1 for n in group],
-                    ),
+        data.append(dict(
+            type="scatter",
+            x=[pos[n.id][0] for n in group],
+            y=[pos[n.id][1] for n in group],
+            mode="markers+text",
+            marker=dict(
+                size=[(20 if big else 30) if n.id == selected else (13 if big else 22) for n in group],
+                color=STATUS_COLORS[st],
+                opacity=0.45 if (st == "untried" and big) else 1.0,
+                line=dict(
+                    color=["#08306b" if n.id in path else "white" for n in group],
+                    width=[3 if n.id in path else 1 for n in group],
                 ),
-                text=[f"#{n.id} {show_token(n.text)[:12]}" for n in group],
-                textposition="top center",
-                textfont=dict(size=10 if big else 12, color="#999" if (st == "untried" and big) else "#222"),
-                customdata=[[n.id] for n in group],
-                hovertext=[_node_hover(n, lang, reveal, trace, show_p) for n in group],
-                hoverinfo="text",
-                name=t("status." + st, lang),
-            )
-        )
+            ),
+            text=[f"#{n.id} {show_token(n.text)[:12]}" for n in group],
+            textposition="top center",
+            textfont=dict(size=10 if big else 12, color="#999" if (st == "untried" and big) else "#222"),
+            customdata=[[n.id] for n in group],
+            hovertext=[_node_hover(n, lang, reveal, trace, show_p) for n in group],
+            hoverinfo="text",
+            name=t("status." + st, lang),
+        ))
     if show_extra and reveal and (max_depth is None or max_depth >= trace.nodes[-1].depth):
         anchor = trace.accepted_nodes[-1] if trace.accepted_nodes else trace.nodes[0].id
         ax, ay = pos[anchor]
@@ -216,31 +224,31 @@ def tree_figure(
             same_x = [py for (px, py) in pos.values() if px == ax + 1]
             xx, yy = ax + 1, (min(same_x) - 0.8) if same_x else ay
         src = trace.extra_source
-        fig.add_trace(
-            go.Scatter(x=[ax, xx], y=[ay, yy], mode="lines", line=dict(color=SOURCE_COLORS.get(src, "#555"), width=2, dash="dot"), hoverinfo="skip", showlegend=False)
-        )
+        color = SOURCE_COLORS.get(src, "#555")
+        data.append(dict(type="scatter", x=[ax, xx], y=[ay, yy], mode="lines", line=dict(color=color, width=2, dash="dot"),
+                         hoverinfo="skip", showlegend=False))
         top = ", ".join(f"{html.escape(show_token(s))} {pp:.3f}" for _, s, pp in trace.extra_top[:5])
-        fig.add_trace(
-            go.Scatter(
-                x=[xx],
-                y=[yy],
-                mode="markers+text",
-                marker=dict(size=26, symbol="star", color=SOURCE_COLORS.get(src, "#555"), line=dict(color="white", width=1)),
-                text=[show_token(trace.extra_text)[:12]],
-                textposition="bottom center",
-                customdata=[[EXTRA_ID]],
-                hovertext=[f"<b>{html.escape(show_token(trace.extra_text))}</b> (id {trace.extra_token})<br>{t('source.' + src, lang)}<br>{t('tree.from_dist', lang)}: {top}"],
-                hoverinfo="text",
-                name=t("source." + src, lang),
-            )
-        )
+        data.append(dict(
+            type="scatter",
+            x=[xx],
+            y=[yy],
+            mode="markers+text",
+            marker=dict(size=26, symbol="star", color=color, line=dict(color="white", width=1)),
+            text=[show_token(trace.extra_text)[:12]],
+            textposition="bottom center",
+            customdata=[[EXTRA_ID]],
+            hovertext=[f"<b>{html.escape(show_token(trace.extra_text))}</b> (id {trace.extra_token})<br>{t('source.' + src, lang)}<br>"
+                       f"{t('tree.from_dist', lang)}: {top}"],
+            hoverinfo="text",
+            name=t("source." + src, lang),
+        ))
     n_leaves = sum(1 for n in trace.nodes if not any(m.parent == n.id for m in trace.nodes))
-    ys = [yy for d in fig.data for yy in (d.y or []) if yy is not None]
-    xs = [xx_ for d in fig.data for xx_ in (d.x or []) if xx_ is not None]
-    fig.update_layout(
+    ys = [yy for d in data for yy in d["y"] if yy is not None]
+    xs = [xx_ for d in data for xx_ in d["x"] if xx_ is not None]
+    return spec_figure(data, dict(
         height=height or max(280, min(1600, 140 + (36 if big else 38) * n_leaves)),
         margin=dict(l=10, r=10, t=36, b=10),  # room above for the top labels, clear of the modebar
-        xaxis=dict(title=t("tree.depth", lang), dtick=1, showgrid=False, zeroline=False,
+        xaxis=dict(title=dict(text=t("tree.depth", lang)), dtick=1, showgrid=False, zeroline=False,
                    range=[min(xs) - 0.4, max(xs) + 0.4] if xs else None),
         yaxis=dict(visible=False, range=[min(ys) - 0.7, max(ys) + 0.7] if ys else None),
         legend=dict(orientation="h", yanchor="top", y=-0.22, x=0),
@@ -248,8 +256,7 @@ def tree_figure(
         dragmode="zoom",  # a "select" dragmode would swallow single clicks
         plot_bgcolor="white",
         hoverlabel=dict(align="left"),
-    )
-    return fig
+    ))
 
 
 # ---------------------------------------------------------------------- p vs q
@@ -264,49 +271,65 @@ def pq_bars_figure(p_top, q_top, lang: str = "en", highlight=(), title: str = ""
     ids = sorted(toks, key=lambda i: -(max(pmap.get(i, 0), qmap.get(i, 0))))
     xs = [f"{show_token(toks[i])[:12]} ({i})" for i in ids]
     hl = set(int(h) for h in highlight)
-    fig = go.Figure()
+
+    def bars(values: dict, name: str, color: str) -> dict:
+        return dict(type="bar", x=xs, y=[values.get(i, None) for i in ids], name=name,
+                    marker=dict(color=color, line=dict(color=["#111" if i in hl else color for i in ids],
+                                                       width=[3 if i in hl else 0 for i in ids])))
+
+    data = []
     if p_top or not q_top:  # the draft stage passes no p: the target has not run yet
-        fig.add_trace(go.Bar(x=xs, y=[pmap.get(i, None) for i in ids], name=t("pq.p", lang), marker_color="#1f77b4",
-                             marker_line=dict(color=["#111" if i in hl else "#1f77b4" for i in ids], width=[3 if i in hl else 0 for i in ids])))
+        data.append(bars(pmap, t("pq.p", lang), "#1f77b4"))
     if q_top:
-        fig.add_trace(go.Bar(x=xs, y=[qmap.get(i, None) for i in ids], name=t("pq.q", lang), marker_color="#ff7f0e",
-                             marker_line=dict(color=["#111" if i in hl else "#ff7f0e" for i in ids], width=[3 if i in hl else 0 for i in ids])))
-    fig.update_layout(
+        data.append(bars(qmap, t("pq.q", lang), "#ff7f0e"))
+    layout = dict(
         barmode="group",
         height=340,
         margin=dict(l=10, r=10, t=60 if title else 20, b=10),
-        title=dict(text=title, font=dict(size=13), x=0, xanchor="left", y=0.97, yanchor="top") if title else None,
-        yaxis=dict(title=t("pq.prob", lang), rangemode="tozero"),
+        yaxis=dict(title=dict(text=t("pq.prob", lang)), rangemode="tozero"),
         legend=dict(orientation="h", yanchor="top", y=-0.25, x=0),
         showlegend=True,  # also with one series (q only in the draft stage): say what the bars are
     )
-    return fig
+    if title:
+        layout["title"] = dict(text=title, font=dict(size=13), x=0, xanchor="left", y=0.97, yanchor="top")
+    return spec_figure(data, layout)
+
+
+def _node_pq(trace: RoundTrace, node_id: int, lang: str, reveal: bool):
+    """(title, p_top, q_top, highlighted token ids) of a node's p-vs-q bars."""
+    nodes = {n.id: n for n in trace.nodes}
+    if not reveal:
+        n = nodes.get(node_id, trace.nodes[0])
+        par = n if n.parent < 0 else nodes[n.parent]
+        hl = [m.token for m in trace.nodes if m.parent == n.id] if n.parent < 0 else [n.token]
+        title = (t("pq.q_only_root", lang, tok=show_token(n.text)) if n.parent < 0 else
+                 t("pq.q_only_title", lang, tok=show_token(n.text), parent=show_token(par.text), q=_fmt(n.q)))
+        return title, [], par.next_q_top, hl
+    if node_id == EXTRA_ID:
+        return (t("pq.extra_title", lang, tok=show_token(trace.extra_text), src=t("source." + trace.extra_source, lang)),
+                trace.extra_top, [], [trace.extra_token])
+    n = nodes[node_id]
+    if n.parent < 0:
+        return (t("pq.root_title", lang, tok=show_token(n.text)), n.next_p_top, n.next_q_top,
+                [m.token for m in trace.nodes if m.parent == n.id])
+    par = nodes[n.parent]
+    return (t("pq.node_title", lang, tok=show_token(n.text), parent=show_token(par.text), p=_fmt(n.p), q=_fmt(n.q)),
+            par.next_p_top, par.next_q_top, [n.token])
 
 
 def node_pq_figure(trace: RoundTrace, node_id: int, lang: str = "en", reveal: bool = True) -> go.Figure:
     """For a drafted node: the distributions at its parent (where its token was chosen), the
     node's token outlined. For the root: the distributions for its children. For the extra
     token: the distribution it was drawn from. `reveal` False (the draft stage): q only."""
-    if not reveal:
-        nodes = {n.id: n for n in trace.nodes}
-        n = nodes.get(node_id, trace.nodes[0])
-        par = n if n.parent < 0 else nodes[n.parent]
-        hl = [m.token for m in trace.nodes if m.parent == n.id] if n.parent < 0 else [n.token]
-        title = (t("pq.q_only_root", lang, tok=show_token(n.text)) if n.parent < 0 else
-                 t("pq.q_only_title", lang, tok=show_token(n.text), parent=show_token(par.text), q=_fmt(n.q)))
-        return pq_bars_figure([], par.next_q_top, lang, highlight=hl, title=title)
-    if node_id == EXTRA_ID:
-        return pq_bars_figure(trace.extra_top, [], lang, highlight=[trace.extra_token],
-                              title=t("pq.extra_title", lang, tok=show_token(trace.extra_text), src=t("source." + trace.extra_source, lang)))
-    nodes = {n.id: n for n in trace.nodes}
-    n = nodes[node_id]
-    if n.parent < 0:
-        kids = [m.token for m in trace.nodes if m.parent == n.id]
-        return pq_bars_figure(n.next_p_top, n.next_q_top, lang, highlight=kids,
-                              title=t("pq.root_title", lang, tok=show_token(n.text)))
-    par = nodes[n.parent]
-    return pq_bars_figure(par.next_p_top, par.next_q_top, lang, highlight=[n.token],
-                          title=t("pq.node_title", lang, tok=show_token(n.text), parent=show_token(par.text), p=_fmt(n.p), q=_fmt(n.q)))
+    title, p_top, q_top, hl = _node_pq(trace, node_id, lang, reveal)
+    return pq_bars_figure(p_top, q_top, lang, highlight=hl, title=title)
+
+
+def node_pq_panel(trace: RoundTrace, node_id: int, lang: str = "en", reveal: bool = True) -> tuple[str, go.Figure]:
+    """`node_pq_figure` with its title returned beside the figure instead of inside it (pages
+    put it above the chart, clear of the modebar)."""
+    title, p_top, q_top, hl = _node_pq(trace, node_id, lang, reveal)
+    return title, pq_bars_figure(p_top, q_top, lang, highlight=hl)
 
 
 # ---------------------------------------------------------------------- text by source
