@@ -8,7 +8,6 @@ changes (as it already does between matmul kernels).
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,7 +188,6 @@ class LayerBlocks:
         self.args = qkernel.LayerArgs(mat(self.wqkv), mat(self.wo), mat(self.w13), mat(self.w2),
                                       self._norms[0].data_ptr(), self._norms[1].data_ptr(), float(cfg.rms_eps),
                                       cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, self.w2.k)
-        self.args_ref = ctypes.byref(self.args)
         return self.args
 
 

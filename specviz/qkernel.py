@@ -90,6 +90,8 @@ def library(native: bool = True):
             lib.blockmm_has_avx512.restype = ctypes.c_int
             lib.layer_forward.argtypes = [ptr, ptr, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, ptr, ctypes.c_int]
             lib.layer_forward.restype = None
+            lib.layers_forward.argtypes = [ptr, i64, ptr, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64, ptr, ctypes.c_int, ptr]
+            lib.layers_forward.restype = None
         except Exception as e:  # no compiler, read-only cache, ...: fall back to dense weights
             _errors[native] = str(e)
             lib = None

@@ -9,6 +9,8 @@ position `prefix_len + depth`; afterwards `KVCache.commit` keeps only the accept
 
 from __future__ import annotations
 
+import ctypes
+
 from dataclasses import dataclass, field
 
 import torch
@@ -199,9 +201,11 @@ class TargetModel:
         return True
 
     def _arm_fused_layers(self) -> None:
-        """Build each layer's C argument struct once (weights never move afterwards)."""
+        """Build each layer's C argument struct once (weights never move afterwards), and the
+        array of their addresses that the one-call pass reads."""
         for lb, layer in zip(self.blocks, self.layers):
             lb.layer_args(layer, self.cfg)
+        self._layer_array = (ctypes.c_void_p * len(self.blocks))(*[ctypes.addressof(lb.args) for lb in self.blocks])
 
     # ------------------------------------------------------------------ helpers
     def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
@@ -302,7 +306,7 @@ class TargetModel:
         return ForwardOut(logits=self.logits(x, blocks), taps=out_taps)
 
     def _layers_fused(self, tokens, cache, cos, sin, tree_mask, taps, out_taps) -> torch.Tensor:
-        """All decoder layers of a short batch-1 pass, one C++ call per layer (blockmm.cpp)."""
+        """All decoder layers of a short batch-1 pass in one C++ call (blockmm.cpp `layers_forward`)."""
         cfg, T, L = self.cfg, tokens.shape[1], cache.length
         x = F.embedding(tokens[0], self.embed).contiguous()  # [T, H], updated in place
         cos, sin = cos[0, 0].contiguous(), sin[0, 0].contiguous()
@@ -314,14 +318,17 @@ class TargetModel:
         mptr = None if mask is None else mask.data_ptr()
         work = torch.empty(T * (cfg.hidden_size + self.q_dim + 2 * self.kv_dim + self.q_dim + 3 * self.blocks[0].w2.k),
                            device=cpu)
-        per_layer = cache.k[0].numel() * cache.k.element_size()
-        kp, vp = cache.k.data_ptr(), cache.v.data_ptr()
-        threads, call = torch.get_num_threads(), self._lib.layer_forward
-        xp, cp, sp, wp, M = x.data_ptr(), cos.data_ptr(), sin.data_ptr(), work.data_ptr(), cache.max_len
-        for i, lb in enumerate(self.blocks):
-            if i in taps:
-                out_taps[i] = x.clone()[None]
-            call(lb.args_ref, xp, T, L, cp, sp, mptr, kp + i * per_layer, vp + i * per_layer, M, wp, threads)
+        n = len(self.blocks)
+        tap_ptrs = None
+        layer_taps = [i for i in range(n) if i in taps]
+        if layer_taps:  # x as it enters each tapped layer, copied by the kernel
+            tap_ptrs = (ctypes.c_void_p * n)()
+            for i in layer_taps:
+                out_taps[i] = torch.empty(1, T, cfg.hidden_size, device=cpu)
+                tap_ptrs[i] = out_taps[i].data_ptr()
+        self._lib.layers_forward(self._layer_array, n, x.data_ptr(), T, L, cos.data_ptr(), sin.data_ptr(), mptr,
+                                 cache.k.data_ptr(), cache.v.data_ptr(), cache.k[0].numel(), cache.max_len, work.data_ptr(),
+                                 torch.get_num_threads(), tap_ptrs)
         return x[None]
 
     def _layers_torch(self, tokens, cache, cos, sin, tree_mask, taps, out_taps, lib) -> torch.Tensor:

@@ -183,3 +183,43 @@ def test_fused_layer_matches_float64_reference(lib, L):
     assert (got.double() - ref).abs().max().item() < 1e-4 * ref.abs().max().item()
     assert torch.allclose(kcache[:, L : L + T].double(), k_new.transpose(0, 1), atol=1e-4)
     assert torch.allclose(vcache[:, L : L + T].double(), v_new.transpose(0, 1), atol=1e-4)
+
+
+def test_all_layers_in_one_call_equal_one_call_per_layer(lib):
+    """`layers_forward` (the target's whole pass in one call) gives the same numbers, bit for bit,
+    as `layer_forward` called layer by layer, writes each layer's keys/values into its own cache
+    slice, and copies x as it enters a tapped layer."""
+    H, n_heads, n_kv, hd, inter, T, L, max_len, eps, n = 128, 2, 1, 64, 96, 4, 9, 32, 1e-5, 3
+    g = torch.Generator().manual_seed(5)
+    layer_blocks, norms, args = [], [], []
+    for i in range(n):
+        b = [random_blocks("q4_1", (n_heads + 2 * n_kv) * hd, H, seed=10 * i + 1), random_blocks("q4_1", H, n_heads * hd, seed=10 * i + 2),
+             random_blocks("q8_0", 2 * inter, H, seed=10 * i + 3), random_blocks("q4_1", H, inter, seed=10 * i + 4)]
+        nm = (1 + 0.1 * torch.randn(H, generator=g), 1 + 0.1 * torch.randn(H, generator=g))
+        layer_blocks.append(b)
+        norms.append(nm)
+        args.append(qkernel.LayerArgs(*(qkernel.Mat(0 if m.kind == "q4_1" else 1, m._ptrs[0], m._ptrs[1], m.n, m.k) for m in b),
+                                      nm[0].data_ptr(), nm[1].data_ptr(), eps, n_heads, n_kv, hd, inter))
+    mask = torch.tril(torch.ones(T, T, dtype=torch.uint8))
+    angles = torch.arange(L, L + T)[:, None] * torch.rand(hd // 2, generator=g)
+    cos, sin = torch.cat([angles.cos()] * 2, -1).contiguous(), torch.cat([angles.sin()] * 2, -1).contiguous()
+    k0, v0 = torch.randn(n, n_kv, max_len, hd, generator=g), torch.randn(n, n_kv, max_len, hd, generator=g)
+    x0 = torch.randn(T, H, generator=g)
+    work = torch.empty(T * (H + 2 * (n_heads + 2 * n_kv) * hd + 3 * inter))
+
+    want, kw, vw, entering = x0.clone(), k0.clone(), v0.clone(), {}
+    for i in range(n):
+        entering[i] = want.clone()
+        lib.layer_forward(ctypes.byref(args[i]), want.data_ptr(), T, L, cos.data_ptr(), sin.data_ptr(), mask.data_ptr(),
+                          kw[i].data_ptr(), vw[i].data_ptr(), max_len, work.data_ptr(), 1)
+
+    got, kg, vg = x0.clone(), k0.clone(), v0.clone()
+    tap = torch.full((T, H), float("nan"))
+    taps = (ctypes.c_void_p * n)()
+    taps[1] = tap.data_ptr()
+    layers = (ctypes.c_void_p * n)(*[ctypes.addressof(a) for a in args])
+    lib.layers_forward(layers, n, got.data_ptr(), T, L, cos.data_ptr(), sin.data_ptr(), mask.data_ptr(), kg.data_ptr(), vg.data_ptr(),
+                       k0[0].numel(), max_len, work.data_ptr(), 1, taps)
+    assert torch.equal(got, want) and not torch.equal(got, x0)
+    assert torch.equal(kg, kw) and torch.equal(vg, vw) and not torch.equal(kg, k0)
+    assert torch.equal(tap, entering[1])

@@ -517,4 +517,18 @@ void layer_forward(const LayerArgs* a, float* x, int64_t T, int64_t L, const flo
     for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
 }
 
+// All n_layers decoder layers of one pass in one call: layer i's keys/values live at
+// kcache/vcache + i * layer_stride floats. taps[i] (when taps and taps[i] are not null) receives
+// a copy of x [T, H] as it enters layer i. One call instead of one per layer: a ctypes call hands
+// the GIL back on return, and on a server whose other threads run Python each hand-back can wait
+// up to the interpreter's switch interval (5 ms), 30 times a pass.
+void layers_forward(const LayerArgs* const* layers, int64_t n_layers, float* x, int64_t T, int64_t L, const float* cos,
+                    const float* sin, const uint8_t* mask, float* kcache, float* vcache, int64_t layer_stride, int64_t max_len,
+                    float* work, int threads, float* const* taps) {
+    for (int64_t i = 0; i < n_layers; ++i) {
+        if (taps && taps[i]) std::memcpy(taps[i], x, T * layers[i]->wo.n * sizeof(float));
+        layer_forward(layers[i], x, T, L, cos, sin, mask, kcache + i * layer_stride, vcache + i * layer_stride, max_len, work, threads);
+    }
+}
+
 }  // extern "C"
