@@ -79,21 +79,24 @@ class WorkGate:
             return self._running
 
     @contextmanager
-    def slot(self, on_wait=None, timeout: float | None = None, poll: float = 0.25):
+    def slot(self, on_wait=None, timeout: float | None = None, poll: float = 0.25, notice_every: float = 1.0):
         """Hold one slot for the `with` body. While queued, `on_wait(n_ahead)` is called when the
-        number of requests ahead changes (n_ahead counts running ones too); after `timeout` s
-        of waiting a SpecVizError is raised and the request leaves the queue."""
+        number of requests ahead changes (n_ahead counts running ones too), at most once per
+        `notice_every` s: each call redraws a page element, and with 30 students queued a notice
+        per change is ~30 x 29 / 2 redraws per wave, all under the one GIL the computations need.
+        After `timeout` s of waiting a SpecVizError is raised and the request leaves the queue."""
         with self._cond:
             me = next(self._tickets)
             self._queue.append(me)
             self.max_waiting = max(self.max_waiting, len(self._queue))
             t0 = time.monotonic()
-            last = None
+            last, last_t = None, -notice_every
             try:
                 while not (self._running < self.workers and self._queue[0] == me):
                     ahead = self._queue.index(me) + self._running
-                    if on_wait is not None and ahead != last:
-                        last = ahead
+                    now = time.monotonic()
+                    if on_wait is not None and ahead != last and now - last_t >= notice_every:
+                        last, last_t = ahead, now
                         self._cond.release()  # never call UI code while holding the lock
                         try:
                             on_wait(ahead)

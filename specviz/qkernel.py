@@ -92,6 +92,8 @@ def library(native: bool = True):
             lib.layer_forward.restype = None
             lib.layers_forward.argtypes = [ptr, i64, ptr, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64, ptr, ctypes.c_int, ptr]
             lib.layers_forward.restype = None
+            lib.sort_rows_f32.argtypes = [ptr, ptr, i64, i64, ctypes.c_int]
+            lib.sort_rows_f32.restype = None
         except Exception as e:  # no compiler, read-only cache, ...: fall back to dense weights
             _errors[native] = str(e)
             lib = None
@@ -113,6 +115,12 @@ class LayerArgs(ctypes.Structure):
                 ("attn_norm", ctypes.c_void_p), ("mlp_norm", ctypes.c_void_p), ("eps", ctypes.c_double),
                 ("n_heads", ctypes.c_int64), ("n_kv", ctypes.c_int64), ("head_dim", ctypes.c_int64),
                 ("inter", ctypes.c_int64)]
+
+
+def loaded():
+    """The native library if something in this process has loaded it already, else None: helpers
+    that merely go faster with it (a sort) never start a compile of their own."""
+    return _loaded.get(True)
 
 
 def error(native: bool = True) -> str | None:

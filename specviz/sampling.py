@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import SpecVizError
+from . import SpecVizError, qkernel
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,13 @@ def _top_p_remove_fast(scores: torch.Tensor, top_p: float) -> torch.Tensor | Non
     gives the same array), and they never decrease, so the removed set is a prefix of length r
     of the sorted order: exactly the tokens below the first kept value v[r]. Only when v[r-1]
     equals v[r] does it depend on how the sort ordered equal values; then this returns None
-    and the caller takes the reference path. numpy's value-only sort is ~3.7x faster than
-    `torch.sort` here (0.96 vs 3.6 ms for a 49k row, one thread), and top-p runs on every
-    node of a sampled draft tree."""
-    if scores.device.type != "cpu" or scores.dtype != torch.float32 or scores.dim() == 0:
+    and the caller takes the reference path. A value-only sort (`sorted_values`) is 4-40x
+    faster than `torch.sort` here, and top-p runs on every node of a sampled draft tree."""
+    if scores.device.type != "cpu" or scores.dtype != torch.float32 or scores.dim() == 0 or scores.shape[-1] == 0:
         return None
-    values = torch.from_numpy(np.sort(scores.detach().contiguous().numpy(), axis=-1))
+    if bool(torch.isnan(scores).any()):
+        return None
+    values = sorted_values(scores)
     cum = values.softmax(dim=-1).cumsum(dim=-1)
     remove_sorted = cum <= (1 - top_p)
     remove_sorted[..., -1:] = False
@@ -88,6 +89,20 @@ def _top_p_remove_fast(scores: torch.Tensor, top_p: float) -> torch.Tensor | Non
     if bool(((r > 0) & (last_removed == first_kept)).any()) or bool(torch.isnan(first_kept).any()):
         return None
     return scores < first_kept
+
+
+def sorted_values(scores: torch.Tensor) -> torch.Tensor:
+    """Each row of a float32 CPU tensor sorted ascending, values only: the kernel's radix sort
+    when the kernel library is loaded (0.1 vs 1 ms for a 49k row), else numpy's sort; equal
+    values either way (only -0.0/+0.0 may trade places, which no sum can tell apart)."""
+    x = scores.detach().contiguous()
+    lib = qkernel.loaded()
+    if lib is None:
+        return torch.from_numpy(np.sort(x.numpy(), axis=-1))
+    out = torch.empty_like(x)
+    n = x.shape[-1]
+    lib.sort_rows_f32(x.data_ptr(), out.data_ptr(), x.numel() // n, n, torch.get_num_threads())
+    return out
 
 
 def probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

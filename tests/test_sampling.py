@@ -97,10 +97,45 @@ def test_sample_matches_its_distribution_and_never_draws_zero_mass():
     assert chisquare(counts[nz].numpy(), (d[nz] * 20_000).numpy()).pvalue > 0.001
 
 
+@pytest.fixture(params=["numpy", "kernel"])
+def sort_path(request, monkeypatch):
+    """Run a test with each value sort `sampling.sorted_values` may use."""
+    from specviz import qkernel
+
+    lib = qkernel.library() if request.param == "kernel" else None
+    if request.param == "kernel" and lib is None:
+        pytest.skip(f"no kernel library: {qkernel.error()}")
+    monkeypatch.setattr(qkernel, "loaded", lambda: lib)
+    return request.param
+
+
+def test_kernel_sort_equals_numpy_sort(sort_path):
+    """The radix sort gives numpy's sorted values: negatives, -inf from a top-k cut, duplicates,
+    zeros of both signs, subnormals and huge magnitudes, rows of several lengths."""
+    import numpy as np
+
+    from specviz.sampling import sorted_values
+
+    g = torch.Generator().manual_seed(11)
+    rows = torch.randn(6, 49152, generator=g) * 5
+    rows[0, :300] = -float("inf")
+    rows[1] = rows[1].round()  # many equal values
+    rows[2, ::7] = 0.0
+    rows[2, 1::7] = -0.0
+    rows[3, :50] = torch.tensor([1e-42, -1e-42, 3e38, -3e38, float("inf")] * 10)
+    for x in (rows, rows[:, :16384].contiguous(), rows[4, :5].clone(), rows[5, :1].clone()):
+        got = sorted_values(x)
+        want = torch.from_numpy(np.sort(x.numpy(), axis=-1))
+        assert got.shape == x.shape and got.dtype == torch.float32
+        assert torch.equal(got, want)
+        nz = got != 0  # bit for bit, except that -0.0 and +0.0 may trade places
+        assert torch.equal(got.view(torch.int32)[nz], want.view(torch.int32)[nz])
+
+
 @pytest.mark.parametrize("shape", [(49152,), (7, 49152), (5, 16384)])
 @pytest.mark.parametrize("p", [0.9, 0.5, 0.999])
-def test_fast_top_p_mask_equals_the_sorting_reference(shape, p):
-    """The numpy value sort path must give the reference's mask bit for bit (and actually run)."""
+def test_fast_top_p_mask_equals_the_sorting_reference(shape, p, sort_path):
+    """The value sort path must give the reference's mask bit for bit (and actually run)."""
     from specviz.sampling import _top_p_remove, _top_p_remove_fast
 
     g = torch.Generator().manual_seed(len(shape) * 100 + int(p * 1000))
@@ -112,7 +147,7 @@ def test_fast_top_p_mask_equals_the_sorting_reference(shape, p):
     assert 0 < int(fast.sum()) < logits.numel()
 
 
-def test_fast_top_p_steps_aside_on_a_tie_at_the_boundary():
+def test_fast_top_p_steps_aside_on_a_tie_at_the_boundary(sort_path):
     """Equal values straddling the cut: which one goes depends on the sort's index order, so the
     fast path must refuse and the warper must still equal HF's."""
     from specviz.sampling import _top_p_remove_fast

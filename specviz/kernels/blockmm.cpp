@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #if defined(__AVX512F__)
@@ -528,6 +529,54 @@ void layers_forward(const LayerArgs* const* layers, int64_t n_layers, float* x, 
     for (int64_t i = 0; i < n_layers; ++i) {
         if (taps && taps[i]) std::memcpy(taps[i], x, T * layers[i]->wo.n * sizeof(float));
         layer_forward(layers[i], x, T, L, cos, sin, mask, kcache + i * layer_stride, vcache + i * layer_stride, max_len, work, threads);
+    }
+}
+
+// Each of `rows` rows of n floats sorted ascending into out (values only): an LSD radix sort on
+// the floats' bits (3 passes of 11, 11 and 10 bits), ~10x faster than numpy's sort for a 49k-entry
+// vocabulary row. Top-p needs the ascending values of every warped row (specviz.sampling). A sort
+// orders values, so the output equals any other sort's, except that -0.0 comes before +0.0 (equal
+// values: the same sums) and NaNs with the sign bit set come first (callers check for NaN).
+void sort_rows_f32(const float* in, float* out, int64_t rows, int64_t n, int threads) {
+#pragma omp parallel num_threads(threads)
+    {
+        std::vector<uint32_t> a(n), b(n);
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; ++r) {
+            const uint32_t* src = reinterpret_cast<const uint32_t*>(in + r * n);
+            uint32_t count[3][2048] = {};
+            for (int64_t i = 0; i < n; ++i) {  // keys that order like the floats: flip negatives, set positives' sign bit
+                const uint32_t u = src[i];
+                const uint32_t k = u ^ ((u >> 31) ? 0xFFFFFFFFu : 0x80000000u);
+                a[i] = k;
+                ++count[0][k & 2047];
+                ++count[1][(k >> 11) & 2047];
+                ++count[2][k >> 22];
+            }
+            for (int d = 0; d < 3; ++d) {
+                uint32_t sum = 0;
+                for (int v = 0; v < 2048; ++v) {
+                    const uint32_t c = count[d][v];
+                    count[d][v] = sum;
+                    sum += c;
+                }
+            }
+            uint32_t* x = a.data();
+            uint32_t* y = b.data();
+            for (int d = 0; d < 3; ++d) {
+                const int shift = 11 * d;
+                for (int64_t i = 0; i < n; ++i) {
+                    const uint32_t k = x[i];
+                    y[count[d][(k >> shift) & 2047]++] = k;
+                }
+                std::swap(x, y);
+            }
+            uint32_t* dst = reinterpret_cast<uint32_t*>(out + r * n);
+            for (int64_t i = 0; i < n; ++i) {
+                const uint32_t k = x[i];
+                dst[i] = k ^ ((k >> 31) ? 0x80000000u : 0xFFFFFFFFu);
+            }
+        }
     }
 }
 
