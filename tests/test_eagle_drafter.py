@@ -122,3 +122,30 @@ def test_registry_availability_reads_the_shipped_configs_without_building(monkey
     ok, why = methods.availability("sps", SimpleNamespace(model=SimpleNamespace(name="no-such-model", cfg=shipped.cfg)))
     assert not ok and "python -m specviz.train sps" in why
     assert methods.availability("nonsense") == (False, "Unknown method 'nonsense'.")
+
+
+def test_drafters_share_a_loaded_head_until_its_folder_changes(tmp_path):
+    """Every drafter of one target and head folder gets the same head object (loaded once); a
+    head saved again into the folder is loaded anew, with the new weights."""
+    import os
+
+    from specviz.drafters.eagle import make_eagle3
+    from specviz.heads.io import save_head
+
+    target = tiny_target_bundle()
+    save_head(_head(target, "eagle3"), tmp_path, dtype=torch.float32)
+    a = make_eagle3(target, head_dir=tmp_path, depth=2, top_k=2, total_tokens=4)
+    b = make_eagle3(target, head_dir=tmp_path, depth=3, top_k=2, total_tokens=6)
+    assert a.head is b.head and (a.depth, b.depth) == (2, 3)
+    other = tiny_target_bundle()  # another target: its own head, bound to its own embedding
+    assert make_eagle3(other, head_dir=tmp_path).head is not a.head
+
+    h = _head(target, "eagle3")
+    with torch.no_grad():
+        h.fc.weight.add_(1.0)
+    save_head(h, tmp_path, dtype=torch.float32)
+    for f in tmp_path.iterdir():  # a retrain within the file system's time resolution still counts
+        os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10**9))
+    c = make_eagle3(target, head_dir=tmp_path)
+    assert c.head is not a.head
+    assert torch.equal(c.head.fc.weight, h.fc.weight) and not torch.equal(c.head.fc.weight, a.head.fc.weight)

@@ -13,6 +13,8 @@ public EAGLE code.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import torch
@@ -159,7 +161,20 @@ class EagleDrafter(Drafter):
         return tree
 
 
+_HEADS: OrderedDict = OrderedDict()  # (model id, folder, files' stamps) -> (model, head)
+_HEADS_LOCK = threading.Lock()
+
+
+def _stamp(folder: Path) -> tuple:
+    """The folder's files with their sizes and times: a head retrained in place is loaded again."""
+    return tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in folder.iterdir() if f.is_file()))
+
+
 def _load(target, method: str, head_dir=None):
+    """The head in `head_dir` (default: the shipped one) bound to the target. Loaded once per
+    target and folder state and shared by every drafter: a head's weights are read-only, its
+    per-sequence state lives in the drafter (a Start or a Compare run built it anew each time,
+    66 ms for the EAGLE-3 head)."""
     model = target.model if hasattr(target, "model") else target
     folder = Path(head_dir) if head_dir else shipped_head_dir(model.name, method)
     if not (folder / "config.json").is_file():
@@ -167,7 +182,18 @@ def _load(target, method: str, head_dir=None):
             f"No {method} head for {model.name} (looked in {folder}). Train one with "
             f"`python -m specviz.train {method}` and pass its folder."
         )
-    return load_head(folder, target=model, dtype=model.dtype), model, folder
+    key = (id(model), str(folder.resolve()), _stamp(folder))
+    with _HEADS_LOCK:
+        hit = _HEADS.get(key)
+        if hit is not None and hit[0] is model:
+            _HEADS.move_to_end(key)
+            return hit[1], model, folder
+    head = load_head(folder, target=model, dtype=model.dtype)
+    with _HEADS_LOCK:
+        _HEADS[key] = (model, head)
+        while len(_HEADS) > 8:
+            _HEADS.popitem(last=False)
+    return head, model, folder
 
 
 def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = None, **kw):

@@ -119,8 +119,11 @@ class EagleHeadBase(nn.Module):
 
     def fuse_for_drafting(self) -> int:
         """One block matmul for q/k/v and one for gate/up where the head drafts on Q8_0 copies
-        (same bits, fewer calls: `layers.FusedLinears`). Returns how many groups were fused."""
-        return sum(m.fuse_for_drafting() for m in self.modules() if isinstance(m, (Attention, MLP)))
+        (same bits, fewer calls: `layers.FusedLinears`). Returns how many groups were fused; once
+        per head (drafters share a loaded head)."""
+        if getattr(self, "_fused_groups", None) is None:
+            self._fused_groups = sum(m.fuse_for_drafting() for m in self.modules() if isinstance(m, (Attention, MLP)))
+        return self._fused_groups
 
     def bind(self, embed: torch.Tensor, lm_head: torch.Tensor | None = None, lm_head_blocks=None):
         """Attach the target's embedding (and LM head, optionally as GGUF blocks) without making them parameters."""
