@@ -259,7 +259,16 @@ def test_compare_acceptance_view_needs_no_run():
     ok(at)
     taus = {m.label.split(":")[0]: float(m.value) for m in at.metric if "nodes" in m.label}
     assert {"EAGLE-1", "EAGLE-2", "EAGLE-3", "Medusa"} <= set(taus), taus
-    assert taus["EAGLE-3"] > taus["EAGLE-2"] > taus["EAGLE-1"] > taus["Medusa"]  # at equal size, as in the papers
+    # the shipped acceptance profiles' tau at the compared size, as the page computes it (which
+    # method accepts most is a fact about the shipped heads, not the page: since the session-7
+    # EAGLE-1 head, EAGLE-2 > EAGLE-3 here; TRAINING.md)
+    from specviz import measured
+    from specviz.viz.compare import profile_tau_curve, tau_at
+
+    labels = {"eagle1": "EAGLE-1", "eagle2": "EAGLE-2", "eagle3": "EAGLE-3", "medusa": "Medusa"}
+    want = {labels[m]: round(tau_at(profile_tau_curve(p, 5), 26), 2) for m, p in measured.acceptance_profiles().items()}
+    assert {k: round(v, 2) for k, v in taus.items() if k in want} == want
+    assert taus["EAGLE-2"] > taus["EAGLE-1"] > taus["Medusa"] > 1.0  # one head: the dynamic tree beats the static one
     assert any("Table 1" in m.value for m in at.markdown)  # the papers' numbers next to ours
     assert not any("to be trained" in m.value or "as soon as their heads are trained" in m.value for m in at.markdown)
     assert any("GPU" in i.value and "none is made up" in i.value for i in at.info)
