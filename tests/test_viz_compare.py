@@ -81,7 +81,9 @@ def test_relative_cost_figure_and_no_invented_gpu_curve():
 
 def test_shipped_equal_tree_recording():
     """The recording behind the Compare page's acceptance view: every method at one tree size,
-    greedy, and EAGLE-3 keeps the most tokens per round there."""
+    greedy, each tau the mean of its recorded rounds. (Which EAGLE keeps most is a fact about the
+    shipped heads: since the session-7 EAGLE-1 head EAGLE-2 leads and EAGLE-1 ties EAGLE-3; every
+    EAGLE head still out-drafts the session-1 Medusa heads.)"""
     rec = measured.equal_tree_recording()
     assert rec is not None and rec["paper_nodes"] == 26
     runs = rec["methods"]
@@ -90,4 +92,4 @@ def test_shipped_equal_tree_recording():
         lengths = vc.recorded_lengths(r["rounds"])
         assert r["tau"] == pytest.approx(sum(lengths) / len(lengths), abs=1e-3), m  # tau = tokens / rounds
         assert all(n <= 26 for _, _, n in r["rounds"])
-    assert runs["eagle3"]["tau"] > runs["eagle1"]["tau"] > runs["medusa"]["tau"]
+    assert min(runs[m]["tau"] for m in ("eagle1", "eagle2", "eagle3")) > runs["medusa"]["tau"] > 1.0
