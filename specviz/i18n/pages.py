@@ -49,8 +49,8 @@ STRINGS: dict[str, tuple[str, str]] = {
         "用 `python scripts/record_acceptance.py` 录制：同样的 {prompts} 个提示词，每个生成 {tokens} 个新 token，贪心 fp32，共 {rounds} 轮，录制于 {date}。每轮记录其接受长度和树达到的深度。",
     ),
     "cmpx.rec_tau_note": (
-        "tau of the recorded runs (new tokens / target passes). It differs from the profile's tau above: this run covers fewer prompts and tokens, and the profile averages over every position of the output while a run averages over the positions where its rounds start. The order of the methods is the same.",
-        "录制运行的 tau（新 token 数 / 目标前向次数）。它与上面档案中的 tau 不同：这次运行覆盖的提示词和 token 更少，而且档案对输出的每个位置取平均，而运行只在每轮开始的位置取平均。各方法的先后顺序相同。",
+        "tau of the recorded runs (new tokens / target passes). It differs from the profile's tau above: this run covers fewer prompts and tokens, and the profile averages over every position of the output while a run averages over the positions where its rounds start. With heads this close, methods can trade places between the two.",
+        "录制运行的 tau（新 token 数 / 目标前向次数）。它与上面档案中的 tau 不同：这次运行覆盖的提示词和 token 更少，而且档案对输出的每个位置取平均，而运行只在每轮开始的位置取平均。草稿头之间差距这么小时，两者中各方法的先后顺序可能不同。",
     ),
     "cmpx.no_recording": ("The equal-tree recording (assets/acceptance/equal_trees.json) is not in this build: run `python scripts/record_acceptance.py`.", "此版本没有相同大小树的录制（assets/acceptance/equal_trees.json）：请运行 `python scripts/record_acceptance.py`。"),
     "cmpx.speed_intro": (
