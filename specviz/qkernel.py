@@ -92,6 +92,8 @@ def library(native: bool = True):
             lib.layer_forward.restype = None
             lib.layers_forward.argtypes = [ptr, i64, ptr, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64, ptr, ctypes.c_int, ptr]
             lib.layers_forward.restype = None
+            lib.head_layer_forward.argtypes = [ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, ptr, ctypes.c_int]
+            lib.head_layer_forward.restype = None
             lib.sort_rows_f32.argtypes = [ptr, ptr, i64, i64, ctypes.c_int]
             lib.sort_rows_f32.restype = None
         except Exception as e:  # no compiler, read-only cache, ...: fall back to dense weights

@@ -206,7 +206,7 @@ def build_static_tree(root: int, rank_paths, expand) -> DraftTree:
     return tree
 
 
-def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: int) -> DraftTree:
+def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: int, prune: bool = True) -> DraftTree:
     """EAGLE-2's dynamic tree.
 
     Each step expands the top_k frontier nodes; every child is scored by its cumulative
@@ -214,7 +214,14 @@ def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
     remembered. After `depth` steps the best `total_tokens - 1` candidates are kept (a node's
     score never exceeds its parent's, so parents always survive with their children).
     `expand(tree, node_ids)` returns warped draft distributions [len(node_ids), V].
+
+    A tree smaller than top_k + 1 nodes expands only its best `total_tokens - 1` frontier nodes
+    and children (`width`): a frontier node ranked lower has that many candidates of its own depth
+    scoring at least as high, and so do all its descendants, so none of them could be kept (up to
+    exact ties in score). The kept tree is the same; drafting a 3-node tree expands 2 nodes, not 8.
+    `prune=False` expands all top_k (the tests compare the two).
     """
+    width = min(top_k, max(1, total_tokens - 1)) if prune else top_k
     # candidates: (score, parent candidate id, token, q); candidate 0 is the root
     cand = [(0.0, -1, int(root), 1.0)]
     cand_dist: dict[int, torch.Tensor] = {}
@@ -225,7 +232,7 @@ def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
         nodes = [tree_of_cand[c] for c in frontier]
         dists = expand(tree, nodes)
         # one top-k over the whole frontier (each row's result is that row's own top-k)
-        top_v, top_i = torch.topk(torch.as_tensor(dists), top_k, dim=-1)
+        top_v, top_i = torch.topk(torch.as_tensor(dists), width, dim=-1)
         top_v, top_i = top_v.tolist(), top_i.tolist()
         scored = []
         for row, c in enumerate(frontier):
@@ -240,7 +247,7 @@ def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
         for s in scored:
             cand.append(s)
             new_ids.append(len(cand) - 1)
-        best = heapq.nlargest(top_k, new_ids, key=lambda i: cand[i][0])
+        best = heapq.nlargest(width, new_ids, key=lambda i: cand[i][0])
         # the expansion tree holds only nodes we may expand further (the drafter runs on it)
         for cid in sorted(best):
             tree = _append(tree, tree_of_cand[cand[cid][1]], cand[cid][2], cand[cid][3])

@@ -191,3 +191,52 @@ def test_training_time_test_matches_drafting(method):
             cache.commit([0])
             assert torch.allclose(o[0, 0], outs[j][0, t], atol=1e-5), j
             h = o
+
+
+@pytest.mark.parametrize("method", ["eagle1", "eagle3"])
+def test_kernel_layer_drafts_like_the_torch_layer(method):
+    """Drafting through the one-call kernel layer (`KernelLayer`) gives the torch path's outputs and
+    cache entries: a commit pass, a tree level seeing everything, and a level seeing only its own
+    ancestors among 3 uncommitted entries (`offset`). The kernel sums attention, rotary and norms in
+    another order, so they agree to float rounding, not bit for bit."""
+    from specviz import qkernel
+    from specviz.blockweights import speed_up_linears
+
+    if qkernel.library() is None:
+        pytest.skip(f"no kernel: {qkernel.error()}")
+    target = tiny_target()
+    cfg = target.cfg
+    head = _e3(cfg) if method == "eagle3" else _randomize(Eagle1Head(head_config_from_target(cfg)))
+    head.bind(target.embed)
+    assert speed_up_linears(head) > 0
+    head.fuse_for_drafting()
+    kernel = head.kernel_layer
+    assert kernel is not None
+    H = cfg.hidden_size
+    feats = lambda n, seed: torch.randn(1, n, H, generator=torch.Generator().manual_seed(seed))  # noqa: E731
+    t = torch.tensor
+    level2 = t([[1, 0, 0, 1, 0], [0, 1, 0, 0, 1]], dtype=torch.bool)  # [T=2, offset 3 + 2]
+    runs = []
+    for layer in (None, kernel):
+        head.kernel_layer = layer
+        cache = HeadCache(1, head.m.n_kv_heads, 64, head.m.head_dim, torch.float32, "cpu")
+        with torch.no_grad():
+            first = feats(4, 1)
+            outs = [head.forward_cached(t([[3, 4, 5, 6]]), first, t([[0, 1, 2, 3]]), cache)]
+            cache.commit([0, 1, 2, 3])
+            outs.append(head.forward_cached(t([[7, 8, 9]]), feats(3, 2), t([[4, 4, 4]]), cache, first=False))
+            outs.append(head.forward_cached(t([[10, 11]]), feats(2, 3), t([[5, 5]]), cache, block=level2,
+                                            first=False, offset=3))
+        assert torch.equal(first, feats(4, 1)), "the caller's features must not be written to"
+        runs.append((outs, cache))
+    (ref, c1), (got, c2) = runs
+    for a, b in zip(ref, got):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(c2.k[:, :, :9], c1.k[:, :, :9], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(c2.v[:, :, :9], c1.v[:, :, :9], atol=1e-5, rtol=1e-5)
+    # a mask that differs only in what level 2 may see changes the kernel's output (the mask is read)
+    head.kernel_layer = kernel
+    with torch.no_grad():
+        other = head.forward_cached(t([[10, 11]]), feats(2, 3), t([[5, 5]]), c2, block=torch.ones(2, 5, dtype=torch.bool),
+                                    first=False, offset=3)
+    assert not torch.allclose(other, got[2], atol=1e-4)

@@ -25,6 +25,42 @@ def test_dynamic_accepts_hand_example():
     assert tuning.dynamic_accepts(cands, [7, 7], 2, 6) == [[0] * 6, [0] * 6]
 
 
+@pytest.mark.parametrize("total", [2, 3, 5, 8, 12])
+def test_small_dynamic_trees_expand_fewer_nodes_and_keep_the_same_tree(total):
+    """A dynamic tree of fewer than top_k + 1 nodes expands only its best total - 1 frontier nodes:
+    the kept tree (tokens, parents, q, scores) equals the full expansion's, with fewer drafter calls."""
+    from specviz.tree import build_dynamic_tree
+
+    vocab = 50
+
+    def run(prune, root):
+        rows = []
+
+        def expand(tree, nodes):
+            out = []
+            for i in nodes:  # each node's distribution depends only on its path of tokens
+                path, a = [], i
+                while a >= 0:
+                    path.append(tree.tokens[a])
+                    a = tree.parents[a]
+                g = torch.Generator().manual_seed(hash(tuple(path)) % (2**31))
+                out.append(torch.softmax(3 * torch.randn(vocab, generator=g), -1))
+            rows.append(len(nodes))
+            return torch.stack(out)
+
+        return build_dynamic_tree(root, expand, depth=4, top_k=8, total_tokens=total, prune=prune), rows
+
+    for root in range(5):  # five roots: five different sets of distributions
+        small, small_rows = run(True, root)
+        full, full_rows = run(False, root)
+        assert (small.tokens, small.parents, small.q, small.scores) == (full.tokens, full.parents, full.q, full.scores)
+        assert len(small) == total
+        if total - 1 < 8:
+            assert sum(small_rows) < sum(full_rows)
+        else:
+            assert small_rows == full_rows
+
+
 def test_interpolate_reads_the_measured_curve():
     curve = {"1": 1.0, "4": 4.0, "8": 6.0}
     assert tuning.interpolate(curve, 1) == 1.0
@@ -44,6 +80,11 @@ def test_rank_trees_picks_the_best_rate():
     # a slower device flips the choice to the small tree
     costs["forward"] = {"1": 0.010, "4": 0.040}
     assert tuning.rank_trees(profile, costs, "eagle2")[0]["total_tokens"] < 4
+    # a small tree's own drafting cost ("depth:nodes") is used where it was measured
+    costs["draft.eagle2"]["2:3"] = 0.0005
+    rows = {(r["depth"], r["total_tokens"]): r for r in tuning.rank_trees(profile, costs, "eagle2")}
+    assert rows[2, 3]["seconds"] == pytest.approx(0.001 + 0.0005 + tuning.interpolate(costs["forward"], 3))
+    assert rows[2, 4]["seconds"] == pytest.approx(0.001 + 0.004 + tuning.interpolate(costs["forward"], 4))
 
 
 class _Keep(tuning._Recorder):
@@ -135,7 +176,9 @@ def test_costs_are_measured_once_and_cached(target, tmp_path, monkeypatch):
     build = lambda: make_drafter("eagle2", target, tree_size="paper")  # noqa: E731
     c1 = tuning.device_costs(target, "eagle2", profile, build=build)
     n_calls = len(calls)
-    assert set(c1["forward"]) == {"1", "2", "4", "8"} and set(c1["draft.eagle2"]) == {"1", "2"}
+    # depths 1-2 at full width, and each small tree (2..8 nodes, top_k 8) that expands fewer nodes
+    small = {f"{d}:{n}" for d in (1, 2) for n in range(2, 9)}
+    assert set(c1["forward"]) == {"1", "2", "4", "8"} and set(c1["draft.eagle2"]) == {"1", "2"} | small
     assert all(v > 0 for v in c1["forward"].values()) and c1["overhead"] >= 0
     c2 = tuning.device_costs(target, "eagle2", profile, build=lambda: pytest.fail("measured twice"))
     assert calls[n_calls:] == [(1,)]  # only the one-token check that the cached costs still hold

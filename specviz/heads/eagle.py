@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from .. import cudagraph
 from ..blockweights import MAX_BLOCK_ROWS
 from ..config import ModelConfig, rope_inv_freq
-from .layers import MLP, Attention, RMSNorm, Rotary, block_mask
+from .layers import MLP, Attention, KernelLayer, RMSNorm, Rotary, block_mask
 
 
 def _mcfg(c: dict) -> ModelConfig:
@@ -112,6 +112,7 @@ class EagleHeadBase(nn.Module):
         self._lm_head = None
         self._lm_blocks = None
         self.graphs: bool | None = None  # drafting passes as CUDA graphs: None = on CUDA devices
+        self.kernel_layer: KernelLayer | None = None  # the layer as one kernel call (`fuse_for_drafting`)
 
     @property
     def hidden_size(self):
@@ -123,6 +124,8 @@ class EagleHeadBase(nn.Module):
         per head (drafters share a loaded head)."""
         if getattr(self, "_fused_groups", None) is None:
             self._fused_groups = sum(m.fuse_for_drafting() for m in self.modules() if isinstance(m, (Attention, MLP)))
+            lay = self.decoder_layer()
+            self.kernel_layer = KernelLayer.of(lay.self_attn, lay.mlp, lay.post_attention_layernorm, self.m)
         return self._fused_groups
 
     def bind(self, embed: torch.Tensor, lm_head: torch.Tensor | None = None, lm_head_blocks=None):
@@ -138,7 +141,15 @@ class EagleHeadBase(nn.Module):
         return F.embedding(tokens.to(self._embed.device), self._embed).to(w.device, w.dtype)
 
     # per-architecture pieces -------------------------------------------------
+    def decoder_layer(self) -> nn.Module:
+        raise NotImplementedError
+
     def layer_qkv(self, emb, hidden, cos, sin):
+        raise NotImplementedError
+
+    def kernel_inputs(self, emb, hidden) -> tuple[torch.Tensor, torch.Tensor]:
+        """(residual stream x [T, H], a fresh tensor the kernel updates in place; the attention's
+        input [T, K]) for `KernelLayer`, from emb and hidden [T, *]."""
         raise NotImplementedError
 
     def layer_post(self, attn_out, residual):
@@ -203,6 +214,10 @@ class EagleHeadBase(nn.Module):
                 return out
         emb = self.embed(tokens)
         cos, sin = self.rotary(positions, emb.dtype)
+        if self.kernel_layer is not None and self.kernel_layer.usable(T, cache):
+            x, attn_in = self.kernel_inputs(emb[0], hidden[0].to(emb.dtype))
+            cos, sin = cos.reshape(T, -1).contiguous(), sin.reshape(T, -1).contiguous()
+            return self.kernel_layer(x, attn_in, cos, sin, cache, offset, block)[None]
         q, k, v, res, lay = self.layer_qkv(emb, hidden, cos, sin, first=first)
         cache.k[:, :, L + offset : L + offset + T] = k
         cache.v[:, :, L + offset : L + offset + T] = v
@@ -224,6 +239,13 @@ class Eagle1Head(EagleHeadBase):
         H = self.m.hidden_size
         self.fc = nn.Linear(2 * H, H, bias=bool(config.get("bias", True)))
         self.layers = nn.ModuleList([_Eagle1Layer(self.m)])
+
+    def decoder_layer(self):
+        return self.layers[0]
+
+    def kernel_inputs(self, emb, hidden):
+        x = self.fc(torch.cat([emb, hidden], dim=-1)).contiguous()
+        return x, x  # no input norm: the attention reads x before the kernel adds to it
 
     def layer_qkv(self, emb, hidden, cos, sin, first=True):
         x = self.fc(torch.cat([emb, hidden.to(emb.dtype)], dim=-1))
@@ -275,6 +297,14 @@ class Eagle3Head(EagleHeadBase):
 
     def fuse(self, low, mid, high):
         return self.fc(torch.cat([low, mid, high], dim=-1).to(self.fc.weight.dtype))
+
+    def decoder_layer(self):
+        return self.midlayer
+
+    def kernel_inputs(self, emb, hidden):
+        lay = self.midlayer
+        attn_in = torch.cat([lay.input_layernorm(emb), lay.hidden_norm(hidden)], dim=-1)
+        return hidden.clone(memory_format=torch.contiguous_format), attn_in
 
     def layer_qkv(self, emb, hidden, cos, sin, first=True):
         lay = self.midlayer

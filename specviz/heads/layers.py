@@ -8,6 +8,8 @@ drafting (the head's own KV cache plus a tree mask).
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -45,6 +47,59 @@ class FusedLinears:
             return None
         parts = self.blocks.matmul(x, self.lib).split(self.sizes, dim=-1)
         return [y if lin.bias is None else y + lin.bias for y, lin in zip(parts, self.lins)]
+
+
+class KernelLayer:
+    """A draft head's decoder layer as ONE call of the compiled kernel (`head_layer_forward`).
+
+    Why: drafting a tree level ran ~25 small torch ops (norms, rotary, cache writes, a masked
+    attention, residuals), each a dispatch, and the level cost several times its multiply-adds.
+    The kernel does the same arithmetic on the same Q8_0 blocks the fused drafting path uses
+    (q/k/v and gate/up stacked by `FusedLinears`; o and down rounded the way `speed_up_linears`
+    rounds them); attention, rotary and norms sum in another order, so a draft agrees with the
+    torch path to ~1e-6 (a drafter's numbers change what is proposed, never what is accepted).
+    `of` returns None unless both fused groups exist and no projection has a bias.
+    """
+
+    def __init__(self, attn: "Attention", mlp: "MLP", mlp_norm: "RMSNorm", cfg, lib):
+        from types import SimpleNamespace
+
+        from ..blockweights import LayerBlocks
+
+        self.lib, self.cfg = lib, cfg
+        self.blocks = LayerBlocks(attn.fused.blocks, quantize_q8_0(attn.o_proj.weight), mlp.fused.blocks,
+                                  quantize_q8_0(mlp.down_proj.weight))
+        norm = mlp_norm.weight.detach().float().contiguous()
+        # the attention's input comes in normed already (`attn_in`): attn_norm is never read
+        self.blocks.layer_args(SimpleNamespace(attn_norm=norm, mlp_norm=norm), cfg)
+        self.work_per_token = cfg.hidden_size + 2 * cfg.n_heads * cfg.head_dim + 2 * cfg.n_kv_heads * cfg.head_dim \
+            + 3 * mlp.down_proj.in_features
+
+    @classmethod
+    def of(cls, attn: "Attention", mlp: "MLP", mlp_norm: "RMSNorm", cfg) -> "KernelLayer | None":
+        lib = qkernel.library()
+        lins = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
+        if lib is None or attn.fused is None or mlp.fused is None or any(lin.bias is not None for lin in lins):
+            return None
+        return cls(attn, mlp, mlp_norm, cfg, lib)
+
+    def usable(self, T: int, cache: "HeadCache") -> bool:
+        """Short fp32 inference passes on a CPU cache of batch 1 (the rest keeps the torch path)."""
+        return (T <= MAX_BLOCK_ROWS and not torch.is_grad_enabled() and cache.k.device.type == "cpu"
+                and cache.k.dtype == torch.float32 and cache.k.shape[0] == 1 and cache.k.is_contiguous())
+
+    def __call__(self, x: torch.Tensor, attn_in: torch.Tensor, cos, sin, cache: "HeadCache", offset: int,
+                 block: torch.Tensor | None) -> torch.Tensor:
+        """x [T, H] (the residual stream, updated in place and returned), attn_in [T, K] the
+        attention's input; cos/sin [T, head_dim]; block [T, offset + T] bool or None (causal)."""
+        T = x.shape[0]
+        mask = None if block is None else block.to(torch.uint8).contiguous()
+        work = torch.empty(T * self.work_per_token)
+        self.lib.head_layer_forward(
+            ctypes.addressof(self.blocks.args), x.data_ptr(), attn_in.data_ptr(), T, cache.length, offset,
+            cos.data_ptr(), sin.data_ptr(), None if mask is None else mask.data_ptr(), cache.k.data_ptr(),
+            cache.v.data_ptr(), cache.max_len, work.data_ptr(), torch.get_num_threads())
+        return x
 
 
 class RMSNorm(nn.Module):

@@ -437,18 +437,17 @@ void rotate(float* v, const float* cos, const float* sin, int64_t half) {
     }
 }
 
-}  // namespace
-
-extern "C" {
-
-// x [T, H] is updated in place. cos/sin [T, head_dim]. kcache/vcache: this layer's
-// [n_kv, max_len, head_dim]; the pass's keys/values are written at [L, L+T). mask [T, T] (uint8,
-// row t = which of the pass's tokens t may see; the committed L entries are always visible) or
-// null for causal. work: at least T * (H + (n_heads + 2 n_kv) head_dim + n_heads head_dim + 3 inter) floats.
-void layer_forward(const LayerArgs* a, float* x, int64_t T, int64_t L, const float* cos, const float* sin,
-                   const uint8_t* mask, float* kcache, float* vcache, int64_t max_len, float* work, int threads) {
+// The decoder layer behind layer_forward and head_layer_forward. attn_in: the attention's input
+// [T, wqkv.k], or null for rms_norm(x) (a Llama layer). offset: uncommitted entries already in the
+// cache after the L committed ones (a draft tree's earlier levels); the pass's keys/values go to
+// [L + offset, L + offset + T) and mask is [T, offset + T] (row t = which of those entries token t
+// may see), or null for "all of them up to its own". offset = 0 is the target's pass.
+void layer_impl(const LayerArgs* a, float* x, const float* attn_in, int64_t T, int64_t L, int64_t offset,
+                const float* cos, const float* sin, const uint8_t* mask, float* kcache, float* vcache, int64_t max_len,
+                float* work, int threads) {
     const int64_t H = a->wo.n, hd = a->head_dim, nh = a->n_heads, nkv = a->n_kv, I = a->inter;
-    const int64_t qd = nh * hd, kvd = nkv * hd, W = qd + 2 * kvd, rep = nh / nkv, S = L + T;
+    const int64_t qd = nh * hd, kvd = nkv * hd, W = qd + 2 * kvd, rep = nh / nkv, P = L + offset, S = P + T;
+    const int64_t mw = offset + T;  // mask row width
     float* h = work;
     float* qkv = h + T * H;
     float* att = qkv + T * W;
@@ -456,14 +455,18 @@ void layer_forward(const LayerArgs* a, float* x, int64_t T, int64_t L, const flo
     float* act = gu + T * 2 * I;
     const float eps = static_cast<float>(a->eps);
 
-    rms_norm_rows(x, a->attn_norm, eps, T, H, h);
-    matmul(a->wqkv, h, T, qkv, threads);
+    if (attn_in) {
+        matmul(a->wqkv, attn_in, T, qkv, threads);
+    } else {
+        rms_norm_rows(x, a->attn_norm, eps, T, H, h);
+        matmul(a->wqkv, h, T, qkv, threads);
+    }
     for (int64_t t = 0; t < T; ++t) {
         float* row = qkv + t * W;
         for (int64_t g = 0; g < nh + nkv; ++g) rotate(row + g * hd, cos + t * hd, sin + t * hd, hd / 2);
         for (int64_t g = 0; g < nkv; ++g) {
-            std::memcpy(kcache + (g * max_len + L + t) * hd, row + qd + g * hd, hd * sizeof(float));
-            std::memcpy(vcache + (g * max_len + L + t) * hd, row + qd + kvd + g * hd, hd * sizeof(float));
+            std::memcpy(kcache + (g * max_len + P + t) * hd, row + qd + g * hd, hd * sizeof(float));
+            std::memcpy(vcache + (g * max_len + P + t) * hd, row + qd + kvd + g * hd, hd * sizeof(float));
         }
     }
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -479,7 +482,7 @@ void layer_forward(const LayerArgs* a, float* x, int64_t T, int64_t L, const flo
             for (; j0 + 16 <= S; j0 += 16) dot16_keys(q, kcache + (g * max_len + j0) * hd, hd, scale, p.data() + j0);
         for (int64_t j = j0; j < S; ++j) p[j] = dot16(q, kcache + (g * max_len + j) * hd, hd) * scale;
         for (int64_t j = L; j < S; ++j)
-            if (!(mask ? mask[t * T + (j - L)] != 0 : j - L <= t)) p[j] = -INFINITY;
+            if (!(mask ? mask[t * mw + (j - L)] != 0 : j - L <= offset + t)) p[j] = -INFINITY;
         float mx = -INFINITY;
         for (int64_t j = 0; j < S; ++j) mx = p[j] > mx ? p[j] : mx;
         float sum = 0.f;
@@ -516,6 +519,31 @@ void layer_forward(const LayerArgs* a, float* x, int64_t T, int64_t L, const flo
     }
     matmul(a->w2, act, T, h, threads);
     for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
+}
+
+}  // namespace
+
+extern "C" {
+
+// x [T, H] is updated in place. cos/sin [T, head_dim]. kcache/vcache: this layer's
+// [n_kv, max_len, head_dim]; the pass's keys/values are written at [L, L+T). mask [T, T] (uint8,
+// row t = which of the pass's tokens t may see; the committed L entries are always visible) or
+// null for causal. work: at least T * (H + (n_heads + 2 n_kv) head_dim + n_heads head_dim + 3 inter) floats.
+void layer_forward(const LayerArgs* a, float* x, int64_t T, int64_t L, const float* cos, const float* sin,
+                   const uint8_t* mask, float* kcache, float* vcache, int64_t max_len, float* work, int threads) {
+    layer_impl(a, x, nullptr, T, L, 0, cos, sin, mask, kcache, vcache, max_len, work, threads);
+}
+
+// A draft head's layer (EAGLE-1/3) for one drafting pass: the attention reads attn_in [T, wqkv.k]
+// (EAGLE-3: cat(norm(embedding), norm(feature)), 2H wide; EAGLE-1: x itself, no norm) and the
+// residual stream is x [T, H] (updated in place); `offset` tree entries of earlier levels sit
+// uncommitted after the L committed ones and mask [T, offset + T] says which of them (and of this
+// pass) each token sees (null: all earlier, then causal). One call instead of ~25 small torch ops
+// per tree level. Same work-buffer size as layer_forward.
+void head_layer_forward(const LayerArgs* a, float* x, const float* attn_in, int64_t T, int64_t L, int64_t offset,
+                        const float* cos, const float* sin, const uint8_t* mask, float* kcache, float* vcache,
+                        int64_t max_len, float* work, int threads) {
+    layer_impl(a, x, attn_in, T, L, offset, cos, sin, mask, kcache, vcache, max_len, work, threads);
 }
 
 // All n_layers decoder layers of one pass in one call: layer i's keys/values live at

@@ -259,10 +259,15 @@ def device_costs(target, method: str, profile: dict, remeasure: bool = False, lo
             raise SpecVizError(f"Measuring {method}'s drafting cost needs its drafter: use specviz.methods.tuned_tree.")
         drafter = build()
         if profile["kind"] == "dynamic":
-            def configure(d):
-                drafter.depth, drafter.total_tokens = d, profile["n_max"]
+            # depth d at full width ("d"), and the trees of n <= top_k nodes, which expand only
+            # n - 1 nodes per level (tree.build_dynamic_tree) and so draft for less ("d:n")
+            def configure(c):
+                d, n = (int(c), profile["n_max"]) if ":" not in str(c) else map(int, str(c).split(":"))
+                drafter.depth, drafter.total_tokens = d, n
 
-            configs = list(range(1, profile["max_depth"] + 1))
+            small = range(2, min(profile.get("top_k", drafter.top_k), profile["n_max"]) + 1)
+            configs = [str(d) for d in range(1, profile["max_depth"] + 1)]
+            configs += [f"{d}:{n}" for d in range(1, profile["max_depth"] + 1) for n in small]
         else:
             attr = "static_tree" if hasattr(drafter, "static_tree") else "tree"
 
@@ -289,7 +294,7 @@ def rank_trees(profile: dict, costs: dict, method: str) -> list[dict]:
         for d in range(1, profile["max_depth"] + 1):
             for n in range(2, profile["n_max"] + 1):
                 tau = profile["tau"][d - 1][n - 1]
-                sec = over + float(draft[str(d)]) + interpolate(fwd, n)
+                sec = over + float(draft.get(f"{d}:{n}", draft[str(d)])) + interpolate(fwd, n)
                 out.append(dict(depth=d, total_tokens=n, tau=tau, seconds=sec, tok_s=tau / sec))
     else:
         for n in range(2, len(profile["paths"]) + 2):
