@@ -153,10 +153,11 @@ def describe_tree(drafter) -> dict | None:
     """The tree a drafter uses, and why: device-tuned (with the expected numbers) or fixed."""
     t = getattr(drafter, "tuning", None)
     if t:
-        keep = ("kind", "depth", "total_tokens", "tau", "tok_s", "vanilla_tok_s")
+        keep = ("kind", "depth", "total_tokens", "min_prob", "tau", "tok_s", "vanilla_tok_s")
         return {"source": "device-tuned", **{k: t[k] for k in keep if k in t}}
     if getattr(drafter, "tree_kind", None) == "dynamic":
-        return {"source": "fixed", "kind": "dynamic", "depth": drafter.depth, "total_tokens": drafter.total_tokens}
+        out = {"source": "fixed", "kind": "dynamic", "depth": drafter.depth, "total_tokens": drafter.total_tokens}
+        return dict(out, min_prob=drafter.min_prob) if getattr(drafter, "min_prob", 0) else out
     paths = getattr(drafter, "static_tree", None) or getattr(drafter, "tree", None)
     if isinstance(paths, list):
         return {"source": "fixed", "kind": "static", "total_tokens": len(paths) + 1}

@@ -206,7 +206,8 @@ def build_static_tree(root: int, rank_paths, expand) -> DraftTree:
     return tree
 
 
-def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: int, prune: bool = True) -> DraftTree:
+def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: int, prune: bool = True,
+                       min_prob: float = 0.0) -> DraftTree:
     """EAGLE-2's dynamic tree.
 
     Each step expands the top_k frontier nodes; every child is scored by its cumulative
@@ -220,8 +221,16 @@ def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
     scoring at least as high, and so do all its descendants, so none of them could be kept (up to
     exact ties in score). The kept tree is the same; drafting a 3-node tree expands 2 nodes, not 8.
     `prune=False` expands all top_k (the tests compare the two).
+
+    `min_prob` > 0 makes the tree as large as the drafter is sure: only candidates whose path
+    probability (the product of q along the path, exp(score)) is at least `min_prob` are expanded
+    or kept, and drafting stops at the first level where none is. A calibrated head accepts a
+    node about as often as its path probability, so a node is worth verifying when that beats the
+    cost of one more tree token relative to a whole pass (`specviz.tuning` picks the value); an
+    unsure round verifies the root alone, as vanilla decoding does. 0 keeps EAGLE-2's fixed size.
     """
     width = min(top_k, max(1, total_tokens - 1)) if prune else top_k
+    floor = math.log(min_prob) if min_prob > 0 else -math.inf
     # candidates: (score, parent candidate id, token, q); candidate 0 is the root
     cand = [(0.0, -1, int(root), 1.0)]
     cand_dist: dict[int, torch.Tensor] = {}
@@ -247,13 +256,16 @@ def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
         for s in scored:
             cand.append(s)
             new_ids.append(len(cand) - 1)
-        best = heapq.nlargest(width, new_ids, key=lambda i: cand[i][0])
+        best = [i for i in heapq.nlargest(width, new_ids, key=lambda i: cand[i][0]) if cand[i][0] >= floor]
+        if not best:
+            break  # no candidate at this depth is likely enough: its descendants are less so
         # the expansion tree holds only nodes we may expand further (the drafter runs on it)
         for cid in sorted(best):
             tree = _append(tree, tree_of_cand[cand[cid][1]], cand[cid][2], cand[cid][3])
             tree_of_cand[cid] = len(tree) - 1
         frontier = sorted(best)
-    keep = heapq.nlargest(total_tokens - 1, range(1, len(cand)), key=lambda i: (cand[i][0], -i))
+    sure = (i for i in range(1, len(cand)) if cand[i][0] >= floor)
+    keep = heapq.nlargest(total_tokens - 1, sure, key=lambda i: (cand[i][0], -i))
     keep = _close_under_parents(sorted(keep), cand)
     # order by depth then score so parents come first and siblings are in rank order
     depth_of = {0: 0}

@@ -230,7 +230,11 @@ def test_tune_tree_button_sets_the_device_tuned_size(monkeypatch):
     ok(at)
     assert (at.session_state["depth"], at.session_state["total_tokens"]) == (best["depth"], best["total_tokens"])
     assert at.session_state["tree_topk"] == prof["top_k"]
-    assert any(f"{best['total_tokens']} nodes" in c.value for c in at.caption)
+    assert at.session_state["min_prob"] == best.get("min_prob", 0.0)
+    if best.get("min_prob"):  # a tree as large as the head is sure
+        assert any(f"paths at least {best['min_prob']:.2f} likely" in c.value for c in at.caption)
+    else:
+        assert any(f"{best['total_tokens']} nodes" in c.value for c in at.caption)
 
 
 def test_rule_page_single_draw_stepper():

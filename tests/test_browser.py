@@ -141,7 +141,7 @@ def open_page(drv, url):
 
 
 def test_home(server, browser):
-    open_page(browser, f"{server}/?max_new=24&method=pld&prompt=List+the+planets+of+the+solar+system+in+order+from+the+Sun.")
+    open_page(browser, f"{server}/")  # every default: EAGLE-3, its CPU tree (path floor 0.25), the default prompt
     click_button(browser, "Generate")
     idle(browser)
     no_errors(browser)

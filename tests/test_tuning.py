@@ -61,6 +61,56 @@ def test_small_dynamic_trees_expand_fewer_nodes_and_keep_the_same_tree(total):
             assert small_rows == full_rows
 
 
+def _path_expand(vocab=50, calls=None):
+    """A fake drafter: each node's distribution depends only on its path of tokens."""
+
+    def expand(tree, nodes):
+        out = []
+        for i in nodes:
+            path, a = [], i
+            while a >= 0:
+                path.append(tree.tokens[a])
+                a = tree.parents[a]
+            g = torch.Generator().manual_seed(hash(tuple(path)) % (2**31))
+            out.append(torch.softmax(3 * torch.randn(vocab, generator=g), -1))
+        if calls is not None:
+            calls.append(len(nodes))
+        return torch.stack(out)
+
+    return expand
+
+
+@pytest.mark.parametrize("min_prob", [0.03, 0.1, 0.25, 0.5, 0.99])
+def test_floored_trees_keep_exactly_the_likely_paths(min_prob):
+    """min_prob keeps the full tree's nodes whose path probability reaches the floor (no others),
+    stops drafting at the first level without one, and the profile's floor_rounds predicts the
+    floored tree's levels, size and greedy acceptance from the full-width candidates."""
+    import math
+
+    from specviz.tree import build_dynamic_tree
+
+    sizes = set()
+    for root in range(8):
+        full = build_dynamic_tree(root, _path_expand(), depth=4, top_k=8, total_tokens=64, prune=False)
+        calls = []
+        floored = build_dynamic_tree(root, _path_expand(calls=calls), depth=4, top_k=8, total_tokens=64, min_prob=min_prob)
+        paths = lambda t: {tuple(t.tokens[j] for j in t.path(i)) for i in range(1, len(t))}  # noqa: E731
+        likely = {tuple(full.tokens[j] for j in full.path(i)) for i in range(1, len(full)) if math.exp(full.scores[i]) >= min_prob}
+        assert paths(floored) == likely
+        assert all(math.exp(s) >= min_prob for s in floored.scores)
+        sizes.add(len(floored))
+        # a greedy walk along the first kept path (then off the tree) accepts what the profile says
+        for leaf in [max(range(len(floored)), key=lambda i: len(floored.path(i)))]:
+            cont = [floored.tokens[j] for j in floored.path(leaf)[1:]] + [99, 99, 99, 99]
+            walk = len(floored.path(leaf)) - 1
+            rounds = tuning.floor_rounds(full.candidates, cont, 4, 64, min_prob)
+            assert rounds[3] == (len(calls), max([*calls[1:], 1]), len(floored), walk)
+    if min_prob == 0.99:
+        assert sizes == {1}  # nothing that sure: the root alone, after one drafting call
+    if min_prob <= 0.1:
+        assert max(sizes) > 2
+
+
 def test_interpolate_reads_the_measured_curve():
     curve = {"1": 1.0, "4": 4.0, "8": 6.0}
     assert tuning.interpolate(curve, 1) == 1.0
@@ -85,6 +135,40 @@ def test_rank_trees_picks_the_best_rate():
     rows = {(r["depth"], r["total_tokens"]): r for r in tuning.rank_trees(profile, costs, "eagle2")}
     assert rows[2, 3]["seconds"] == pytest.approx(0.001 + 0.0005 + tuning.interpolate(costs["forward"], 3))
     assert rows[2, 4]["seconds"] == pytest.approx(0.001 + 0.004 + tuning.interpolate(costs["forward"], 4))
+
+
+def test_rank_trees_prices_floored_trees_round_by_round():
+    """A floored profile entry costs the mean of its recorded rounds, each at its own drafting
+    cost (levels, width) and tree size; it wins where the head's sureness pays."""
+    profile = {"kind": "dynamic", "max_depth": 1, "n_max": 4, "samples": 4, "tau": [[1.0, 1.3, 1.4, 1.45]],
+               "floors": [{"min_prob": 0.5, "depth": 1, "tau": 1.5, "rounds": [[1, 1, 1, 2], [1, 1, 2, 2]]}]}
+    costs = {"forward": {"1": 0.010, "4": 0.016}, "draft.eagle3": {"1": 0.002, "1:2": 0.001}, "overhead": 0.0005}
+    rows = tuning.rank_trees(profile, costs, "eagle3")
+    fl = [r for r in rows if r.get("min_prob")]
+    assert len(fl) == 1 and fl[0]["depth"] == 1 and fl[0]["total_tokens"] == 4
+    want = 0.0005 + (2 * (0.001 + 0.010) + 2 * (0.001 + tuning.interpolate(costs["forward"], 2))) / 4
+    assert fl[0]["seconds"] == pytest.approx(want)
+    assert rows[0] is fl[0]  # tau 1.5 at ~1.25 round-costs beats every fixed size here
+
+
+def test_floored_eagle3_is_lossless_and_sizes_its_tree_by_sureness(target):
+    """The shipped EAGLE-3 head with a path-probability floor: greedy output equals vanilla's, the
+    tree's size follows the head's sureness (root-only rounds and branching ones), and every kept
+    node is at least that likely."""
+    import math
+
+    from specviz.methods import make_drafter
+
+    prompt = EXAMPLE_PROMPTS[0]
+    ref = vanilla_generate(target, prompt, 48).tokens
+    drafter = make_drafter("eagle3", target, depth=4, total_tokens=24, min_prob=0.3)
+    assert drafter.tuning is None and drafter.min_prob == 0.3
+    dec = SpeculativeDecoder(target, drafter, seed=0, detail=False)
+    res = dec.generate(prompt, 48)
+    assert res.tokens == ref
+    sizes = [len(t.nodes) for t in res.traces]
+    assert min(sizes) == 1 and max(sizes) >= 3
+    assert sum(len(t.accepted_nodes) for t in res.traces) > 0
 
 
 class _Keep(tuning._Recorder):

@@ -114,14 +114,16 @@ with tab_speed:
             st.caption(f"{method_label(m)}: {tr('sb.unavailable', note=status_note(status[m][1]))}")
     default = [m for m in avail if m in EAGLE] or avail
     chosen = st.multiselect(tr("cmp.methods"), avail, default=default, format_func=method_label, key="cmp_methods")
-    trees = st.radio(tr("cmpx.trees"), ["equal", "sidebar"], horizontal=True, key="cmp_trees",
+    trees = st.radio(tr("cmpx.trees"), ["tuned", "equal", "sidebar"], horizontal=True, key="cmp_trees",
                      format_func=lambda k: tr(f"cmpx.trees.{k}", n=EQUAL_N))
 
     def run():
         st.session_state.pop("cmp_error", None)
         s = settings()
         if trees == "equal":
-            s = dict(s, depth=EQUAL_DEPTH, total_tokens=EQUAL_N, tree_topk=EQUAL_TOPK)
+            s = dict(s, depth=EQUAL_DEPTH, total_tokens=EQUAL_N, tree_topk=EQUAL_TOPK, min_prob=0.0)
+        elif trees == "tuned":
+            s = dict(s, tree_mode="tuned")
         text = current_prompt("compare")
         rows, first, lengths, depth, draft_ms = [], {}, {}, {}, {}
         todo = ["vanilla"] + [m for m in chosen if m != "vanilla"]
@@ -339,7 +341,9 @@ with tab_shipped:
             if rows:
                 for row, (name, m) in zip(rows, ((n, m) for n, m in methods.items() if isinstance(m, dict))):
                     tree = m.get("tree")
-                    if isinstance(tree, dict):
+                    if isinstance(tree, dict) and tree.get("min_prob"):
+                        row["tree"] = tr("cmpx.tree_desc_floor", p=tree["min_prob"], d=tree.get("depth", "–"), src=tree.get("source"))
+                    elif isinstance(tree, dict):
                         row["tree"] = tr("cmpx.tree_desc", n=tree.get("total_tokens"), d=tree.get("depth", "–"),
                                          src=tree.get("source"))
                 st.dataframe(pd.DataFrame(rows), hide_index=True)

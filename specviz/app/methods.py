@@ -35,11 +35,16 @@ def method_label(method: str) -> str:
 
 
 def tree_settings_for(method: str, s: dict) -> dict:
-    """The sidebar's draft settings as the registry's drafter options for `method`."""
+    """The sidebar's draft settings as the registry's drafter options for `method`;
+    `s["tree_mode"] == "tuned"`: none for a tunable method, so the registry gives it the tree
+    tuned for this device (its costs are measured on first use)."""
+    if s.get("tree_mode") == "tuned" and registry.get(method).tunable:
+        return {}
     if method == "pld":
         return {"max_ngram": int(s["pld_ngram"]), "min_ngram": 1, "num_tokens": int(s["pld_tokens"])}
     if method in ("eagle2", "eagle3"):
-        return {"depth": int(s["depth"]), "top_k": int(s["tree_topk"]), "total_tokens": int(s["total_tokens"])}
+        return {"depth": int(s["depth"]), "top_k": int(s["tree_topk"]), "total_tokens": int(s["total_tokens"]),
+                "min_prob": float(s.get("min_prob", 0.0))}
     if method == "sps":
         return {"gamma": int(s["depth"])}
     if method in ("eagle1", "medusa"):

@@ -26,6 +26,7 @@ _PARSERS = {
     "depth": lambda v: min(12, max(1, int(v))),
     "tree_topk": lambda v: min(16, max(1, int(v))),
     "total_tokens": lambda v: min(128, max(2, int(v))),
+    "min_prob": lambda v: min(0.95, max(0.0, round(float(v) / 0.05) * 0.05)),
     "pld_ngram": lambda v: min(8, max(1, int(v))),
     "pld_tokens": lambda v: min(32, max(1, int(v))),
 }
@@ -107,8 +108,13 @@ def _apply_tuned() -> None:
         return
     for k, v in (("depth", best["depth"]), ("tree_topk", best.get("top_k", 8)), ("total_tokens", best["total_tokens"])):
         ss[k] = ss["w_" + k] = int(v)
-    ss["tune_msg"] = (m, "ok", tr("sb.tune_done", depth=best["depth"], n=best["total_tokens"], tau=best["tau"],
-                                  tps=best["tok_s"], van=best["vanilla_tok_s"]))
+    floor = float(best.get("min_prob", 0.0))
+    ss["min_prob"] = ss["w_min_prob"] = floor
+    if floor > 0:
+        msg = tr("sb.tune_done_floor", depth=best["depth"], p=floor, tau=best["tau"], tps=best["tok_s"], van=best["vanilla_tok_s"])
+    else:
+        msg = tr("sb.tune_done", depth=best["depth"], n=best["total_tokens"], tau=best["tau"], tps=best["tok_s"], van=best["vanilla_tok_s"])
+    ss["tune_msg"] = (m, "ok", msg)
 
 
 def render_sidebar() -> None:
@@ -152,6 +158,8 @@ def render_sidebar() -> None:
             st.number_input(tr("sb.depth"), 1, 12, key="w_depth", on_change=_copy, args=("depth",), disabled=m not in ("eagle2", "eagle3", "sps"))
             st.number_input(tr("sb.tree_topk"), 1, 16, key="w_tree_topk", on_change=_copy, args=("tree_topk",), disabled=m not in ("eagle2", "eagle3"))
             st.number_input(tr("sb.total_tokens"), 2, 128, key="w_total_tokens", on_change=_copy, args=("total_tokens",), disabled=m not in ("eagle2", "eagle3"))
+            st.number_input(tr("sb.min_prob"), 0.0, 0.95, step=0.05, format="%.2f", key="w_min_prob", on_change=_copy, args=("min_prob",),
+                            disabled=m not in ("eagle2", "eagle3"), help=tr("sb.min_prob_help"))
             if m in ("eagle2", "eagle3"):
                 st.button(tr("sb.tune"), key="tree_tune", on_click=_apply_tuned, help=tr("sb.tune_help"))
                 note = ss.get("tune_msg")

@@ -32,12 +32,15 @@ class EagleDrafter(Drafter):
     sampled = False
 
     def __init__(self, head, model, name="eagle2", tree="dynamic", depth=5, top_k=8, total_tokens=32,
-                 static_tree=None):
+                 static_tree=None, min_prob=0.0):
         self.head = head
         self.model = model
         self.name = name
         self.tree_kind = tree
         self.depth, self.top_k, self.total_tokens = int(depth), int(top_k), int(total_tokens)
+        self.min_prob = float(min_prob)  # dynamic trees: keep only paths at least this likely (tree.build_dynamic_tree)
+        if not 0.0 <= self.min_prob < 1.0:
+            raise ValueError(f"min_prob must be in [0, 1), got {min_prob}")
         self.static_tree = static_tree or EAGLE1_TREE
         self.is3 = isinstance(head, Eagle3Head)
         if hasattr(head, "fuse_for_drafting"):
@@ -157,7 +160,8 @@ class EagleDrafter(Drafter):
         if self.tree_kind == "static":
             tree = build_static_tree(int(root), self.static_tree, expand)
         else:
-            tree = build_dynamic_tree(int(root), expand, self.depth, self.top_k, self.total_tokens)
+            tree = build_dynamic_tree(int(root), expand, self.depth, self.top_k, self.total_tokens,
+                                      min_prob=self.min_prob)
         return tree
 
 
@@ -205,22 +209,25 @@ def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = No
     return d
 
 
-def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_tokens, tuned, paper_depth):
+def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_tokens, tuned, paper_depth, min_prob):
     head, model, folder = _load(target, head_method, head_dir)
     if tuned:
         depth, total_tokens, top_k = tuned["depth"], tuned["total_tokens"], tuned["top_k"]
+        min_prob = tuned.get("min_prob", 0.0)
     d = EagleDrafter(head, model, name=name, tree="dynamic", depth=depth or paper_depth, top_k=top_k,
-                     total_tokens=total_tokens or 24)
+                     total_tokens=total_tokens or 24, min_prob=min_prob or 0.0)
     d.tuning = tuned
     return d
 
 
-def make_eagle2(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None, **kw):
+def make_eagle2(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None,
+                min_prob=None, **kw):
     """EAGLE-2: the EAGLE-1 head with a dynamic tree (`tuned` from the registry, else the papers'
-    CPU-scaled default of depth 5, 24 nodes)."""
-    return _make_dynamic(target, "eagle2", "eagle1", head_dir, depth, top_k, total_tokens, tuned, 5)
+    CPU-scaled default of depth 5, 24 nodes; `min_prob`: see tree.build_dynamic_tree)."""
+    return _make_dynamic(target, "eagle2", "eagle1", head_dir, depth, top_k, total_tokens, tuned, 5, min_prob)
 
 
-def make_eagle3(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None, **kw):
+def make_eagle3(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None,
+                min_prob=None, **kw):
     """EAGLE-3: its own head with a dynamic tree (as for EAGLE-2; paper default depth 6)."""
-    return _make_dynamic(target, "eagle3", "eagle3", head_dir, depth, top_k, total_tokens, tuned, 6)
+    return _make_dynamic(target, "eagle3", "eagle3", head_dir, depth, top_k, total_tokens, tuned, 6, min_prob)

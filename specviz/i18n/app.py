@@ -27,6 +27,14 @@ STRINGS: dict[str, tuple[str, str]] = {
     "sb.depth": ("Tree depth", "树深度"),
     "sb.tree_topk": ("Children per node (top_k)", "每个节点的子节点数（top_k）"),
     "sb.total_tokens": ("Tree size (total_tokens)", "树大小（total_tokens）"),
+    "sb.min_prob": ("Keep paths at least this likely (0 = fixed size)", "只保留概率不低于此值的路径（0 = 固定大小）"),
+    "sb.min_prob_help": ("A draft path's probability is the product of the drafter's q along it; a well-calibrated head "
+                         "sees its path accepted about that often. Above 0 the tree keeps (and drafts) only paths at least "
+                         "this likely, up to the size above, so it grows when the head is sure and shrinks to the root alone "
+                         "when it is not. 0: EAGLE-2's fixed-size tree.",
+                         "草稿路径的概率是起草器沿路径各 q 的乘积；校准良好的草稿头，其路径被接受的频率大约就是这个值。"
+                         "大于 0 时，树只保留（也只起草）概率不低于此值的路径（不超过上面的大小）：草稿头有把握时树变大，"
+                         "没有把握时只剩根节点。0：EAGLE-2 的固定大小树。"),
     "sb.tune": ("Tune the tree for this machine", "为本机调优草稿树"),
     "sb.tune_help": ("Picks depth and size that maximise expected tokens/s: the head's measured acceptance "
                      "for every tree size, divided by this machine's measured time per round.",
@@ -36,6 +44,10 @@ STRINGS: dict[str, tuple[str, str]] = {
                      "该草稿头没有接受率档案：请运行 `python -m specviz.tuning profile`。"),
     "sb.tune_done": ("Tuned: depth {depth}, {n} nodes, expected tau {tau:.2f} -> {tps:.1f} tok/s here (vanilla {van:.1f}).",
                      "已调优：深度 {depth}，{n} 个节点，预期 tau {tau:.2f} -> 本机约 {tps:.1f} 词元/秒（普通解码 {van:.1f}）。"),
+    "sb.tune_done_floor": ("Tuned: depth {depth}, paths at least {p:.2f} likely (a tree as large as the head is sure), expected "
+                           "tau {tau:.2f} -> {tps:.1f} tok/s here (vanilla {van:.1f}).",
+                           "已调优：深度 {depth}，只保留概率不低于 {p:.2f} 的路径（草稿头有多大把握，树就多大），预期 tau {tau:.2f} "
+                           "-> 本机约 {tps:.1f} 词元/秒（普通解码 {van:.1f}）。"),
     "sb.pld_ngram": ("PLD: longest n-gram to match", "PLD：最长匹配 n-gram"),
     "sb.pld_tokens": ("PLD: tokens to copy", "PLD：复制的 token 数"),
     "sb.seed": ("Seed", "随机种子"),

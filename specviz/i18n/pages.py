@@ -58,6 +58,8 @@ STRINGS: dict[str, tuple[str, str]] = {
         "速度取决于机器。下面用侧边栏的采样设置和种子，在下方提示词上实时运行所选的每种方法，并在本机计时。",
     ),
     "cmpx.trees": ("Trees", "草稿树"),
+    "cmpx.trees.tuned": ("each method's tree tuned for this machine (the first run measures the costs, once)",
+                         "每种方法使用为本机调优的草稿树（首次运行会测量本机耗时，仅一次）"),
     "cmpx.trees.equal": ("equal: {n} nodes for every method (EAGLE-1's paper size)", "相同：每种方法都用 {n} 个节点（EAGLE-1 论文的大小）"),
     "cmpx.trees.sidebar": ("the sidebar's draft settings (tune them for this machine there)", "侧边栏的草稿设置（可在那里为本机调优）"),
     "cmpx.na_sampling": ("n/a (sampling)", "不适用（采样）"),
@@ -137,6 +139,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     ),
     "cmpx.run_settings": ("Run settings, machine and date", "运行设置、机器与日期"),
     "cmpx.tree_desc": ("{n} nodes, depth {d} ({src})", "{n} 个节点，深度 {d}（{src}）"),
+    "cmpx.tree_desc_floor": ("paths at least {p:.2f} likely, depth {d} ({src})", "概率不低于 {p:.2f} 的路径，深度 {d}（{src}）"),
     # ---- losslessness page
     "loss.title": ("Losslessness: same distribution, proven and measured", "无损性：分布相同，有证明也有测量"),
     "loss.intro": (

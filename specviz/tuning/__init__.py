@@ -13,13 +13,17 @@ Two measurements, kept apart because they change for different reasons:
   cache): the target's forward time for n tree tokens after a few hundred cached ones, the
   drafter's time per round at each size, and the engine's fixed cost per round.
 
-The choice maximises tau(N, d) / (overhead + draft(N, d) + forward(N)).
+The choice maximises tau(N, d) / (overhead + draft(N, d) + forward(N)). Dynamic trees are also
+profiled with a floor on the path probability (`min_prob`, tree.build_dynamic_tree): the tree is
+then as large as the head is sure, so each round's size varies and the profile keeps, per floor
+and depth, how often each (levels drafted, frontier width, tree size) occurred, to price it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -37,7 +41,9 @@ from ..tree import DraftTree
 
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 64)
 MAX_DEPTH = 8  # deepest dynamic tree profiled
+MIN_PROBS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8)  # path-probability floors profiled
 PROFILE_FILE = "tree_profile.json"
+COSTS_VERSION = 2  # 2: drafting timed right after a target pass (cold caches), as in a real round
 STALE_FACTOR = 2.0  # cached one-token pass more than this many times slower than now: measured busy
 
 
@@ -102,6 +108,39 @@ def dynamic_accepts(cands: list, cont: list[int], max_depth: int, n_max: int) ->
     return acc
 
 
+def floor_rounds(cands: list, cont: list[int], max_depth: int, n_max: int, min_prob: float, top_k: int = 8) -> list[tuple]:
+    """For depth caps d = 1..max_depth, what tree.build_dynamic_tree(min_prob=...) would do with
+    these candidates: (levels drafted, widest frontier expanded after the root, tree size, tokens a
+    greedy walk accepts). The candidates come from a full-width run: a node at least `min_prob`
+    likely has a parent that is too, so the floored tree's candidates are the same nodes."""
+    floor = math.log(min_prob)
+    depth = [0] * len(cands)
+    children = {}
+    for i in range(1, len(cands)):
+        depth[i] = depth[cands[i][1]] + 1
+        children.setdefault((cands[i][1], cands[i][2]), i)
+    chain = _chain(children, cont[:max_depth])
+    sure_at = [0] * (max_depth + 2)  # candidates at least min_prob likely, per depth
+    for i in range(1, len(cands)):
+        if cands[i][0] >= floor and depth[i] <= max_depth:
+            sure_at[depth[i]] += 1
+    out = []
+    for cap in range(1, max_depth + 1):
+        levels = 1
+        while levels < cap and sure_at[levels] > 0:
+            levels += 1
+        width = min(top_k, max([sure_at[k] for k in range(1, levels)] + [1]))
+        sure = [i for i in range(1, len(cands)) if depth[i] <= levels and cands[i][0] >= floor]
+        kept = set(sorted(sure, key=lambda i: (-cands[i][0], i))[: n_max - 1])
+        acc = 0
+        for node in chain:
+            if node not in kept:
+                break
+            acc += 1
+        out.append((levels, width, len(kept) + 1, acc))
+    return out
+
+
 def collect_profile(target, inner, prompts: list, max_new_tokens: int = 96, n_max: int = 64,
                     progress=None) -> dict:
     """Calibrate the drafter `inner` (built with the papers' tree; greedy) on `prompts` and return
@@ -111,6 +150,7 @@ def collect_profile(target, inner, prompts: list, max_new_tokens: int = 96, n_ma
     if dynamic:
         inner.depth, inner.total_tokens = MAX_DEPTH, n_max
         acc_sum = [[0] * n_max for _ in range(MAX_DEPTH)]
+        floored = {p: [[0, {}] for _ in range(MAX_DEPTH)] for p in MIN_PROBS}  # [accepted, {(levels, width, size): rounds}]
     else:
         paths = inner.static_tree if hasattr(inner, "static_tree") else inner.tree
         # node k of a static tree is the k-th path in (length, path) order (tree.static_tree_shape)
@@ -138,6 +178,11 @@ def collect_profile(target, inner, prompts: list, max_new_tokens: int = 96, n_ma
                 for d in range(MAX_DEPTH):
                     for n in range(n_max):
                         acc_sum[d][n] += a[d][n]
+                for p in MIN_PROBS:
+                    for d, (levels, width, size, acc) in enumerate(floor_rounds(tree.candidates, cont, MAX_DEPTH, n_max, p, inner.top_k)):
+                        slot = floored[p][d]
+                        slot[0] += acc
+                        slot[1][(levels, width, size)] = slot[1].get((levels, width, size), 0) + 1
             else:
                 children = {(tree.parents[i], tree.tokens[i]): i for i in range(len(tree) - 1, 0, -1)}
                 for node in _chain(children, cont):
@@ -150,7 +195,10 @@ def collect_profile(target, inner, prompts: list, max_new_tokens: int = 96, n_ma
                 date=dt.date.today().isoformat())
     if dynamic:
         tau = [[round(1 + a / samples, 4) for a in row] for row in acc_sum]
-        return dict(base, kind="dynamic", top_k=inner.top_k, max_depth=MAX_DEPTH, n_max=n_max, tau=tau)
+        floors = [dict(min_prob=p, depth=d + 1, tau=round(1 + floored[p][d][0] / samples, 4),
+                       rounds=[[*k, c] for k, c in sorted(floored[p][d][1].items())])
+                  for p in MIN_PROBS for d in range(MAX_DEPTH)]
+        return dict(base, kind="dynamic", top_k=inner.top_k, max_depth=MAX_DEPTH, n_max=n_max, tau=tau, floors=floors)
     order = sorted(range(1, len(paths) + 1), key=lambda i: (-count[i], i))
     tau = [1.0]
     for i in order:
@@ -186,12 +234,18 @@ def _draft_and_overhead(target, drafter, configure, configs, forward: dict, repe
     rounds = [dec.step() for _ in range(3)]  # steady state: a few accepted tokens pending
     overhead = [max(0.0, r.total_time_s - r.draft_time_s - interpolate(forward, len(r.nodes))) for r in rounds[1:]]
     params = SamplingParams()
+    flush = torch.zeros(1, target.model.cfg.hidden_size, dtype=target.model.dtype, device=target.model.device)
     out = {}
     for cfg in configs:
         configure(cfg)
         times = []
         for _ in range(repeats + 1):
             snap = drafter.snapshot()
+            # as in a real round, the target's weights have just streamed through the caches and
+            # pushed the head's out: drafting right after that costs ~0.5 ms more per level here
+            # than a warm loop of proposals (which picked trees too deep for this CPU)
+            target.model.weight_pass(flush)
+            sync(target.model)
             t0 = time.perf_counter()
             drafter.propose(dec.context, dec.root, params, dec.generator)
             sync(target.model)
@@ -217,7 +271,9 @@ def _stale(model, data: dict, path: Path, log=None) -> bool:
     key = (str(path), data.get("runtime"), data["forward"].get("1"))
     if key in _HOLDS:
         return False
-    if data.get("runtime") != runtime_id(model):
+    if data.get("version", 1) != COSTS_VERSION:
+        why = "they were measured the old way (drafting with warm caches)"
+    elif data.get("runtime") != runtime_id(model):
         why = "the runtime changed since they were measured"
     else:
         now = forward_curve(model, (1,), context=256, repeats=3)[1]
@@ -250,6 +306,7 @@ def device_costs(target, method: str, profile: dict, remeasure: bool = False, lo
         data["forward"] = {str(n): t for n, t in forward_curve(model, GRID, context=256, repeats=3).items()}
         data["machine"], data["date"] = machine(), dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         data["runtime"] = runtime_id(model)
+        data["version"] = COSTS_VERSION
         changed = True
     key = f"draft.{method}"
     if key not in data:
@@ -296,12 +353,24 @@ def rank_trees(profile: dict, costs: dict, method: str) -> list[dict]:
                 tau = profile["tau"][d - 1][n - 1]
                 sec = over + float(draft.get(f"{d}:{n}", draft[str(d)])) + interpolate(fwd, n)
                 out.append(dict(depth=d, total_tokens=n, tau=tau, seconds=sec, tok_s=tau / sec))
+        for f in profile.get("floors", []):
+            # the mean round: each recorded (levels drafted, frontier width, size) at its own cost
+            sec = over + sum(c * (_floor_draft(draft, levels, width) + interpolate(fwd, size))
+                             for levels, width, size, c in f["rounds"]) / profile["samples"]
+            out.append(dict(depth=f["depth"], total_tokens=profile["n_max"], min_prob=f["min_prob"], tau=f["tau"],
+                            seconds=sec, tok_s=f["tau"] / sec))
     else:
         for n in range(2, len(profile["paths"]) + 2):
             tau = profile["tau"][n - 1]
             sec = over + float(draft[str(n)]) + interpolate(fwd, n)
             out.append(dict(total_tokens=n, tau=tau, seconds=sec, tok_s=tau / sec))
     return sorted(out, key=lambda r: -r["tok_s"])
+
+
+def _floor_draft(draft: dict, levels: int, width: int) -> float:
+    """Drafting `levels` levels expanding `width` frontier nodes per level after the root: the
+    measured small-tree cost of that width ("d:n" expands n - 1), else the full-width cost."""
+    return float(draft.get(f"{levels}:{width + 1}", draft[str(levels)]))
 
 
 def _profile_dir(model_name: str, method: str) -> Path | None:

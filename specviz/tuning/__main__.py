@@ -52,7 +52,8 @@ def main(argv=None) -> int:
                     print(f"{m}: no {PROFILE_FILE} for the shipped head; run `python -m specviz.tuning profile` first")
                     continue
                 shape = f"depth {best['depth']}, " if "depth" in best else ""
-                print(f"{m}: best {shape}{best['total_tokens']} nodes: expected tau {best['tau']:.2f}, "
+                size = f"paths at least {best['min_prob']:.2f} likely" if best.get("min_prob") else f"{best['total_tokens']} nodes"
+                print(f"{m}: best {shape}{size}: expected tau {best['tau']:.2f}, "
                       f"{1000 * best['seconds']:.1f} ms/round -> {best['tok_s']:.1f} tok/s "
                       f"(vanilla {best['vanilla_tok_s']:.1f} tok/s, x{best['tok_s'] / best['vanilla_tok_s']:.2f})")
             print(f"costs cached in {cost_file(target.model)}")
