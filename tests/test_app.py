@@ -210,6 +210,8 @@ def test_compare_page():
     slower = [row for row in r["rows"]
               if (row.get("speedup vs vanilla") or 1) < 1 and row["method"] != "Vanilla (no draft)"]
     assert any("Slower than vanilla" in i.value for i in at.info) == bool(slower)
+    assert r["trees"] == "tuned"  # the default: each method at this machine's tuned tree
+    assert all("already at the tree tuned" in i.value for i in at.info if "Slower than vanilla" in i.value)
 
 
 def test_tune_tree_button_sets_the_device_tuned_size(monkeypatch):

@@ -182,7 +182,7 @@ with tab_speed:
         slower = [row[tr("cmp.col_method")] for row in r["rows"]
                   if (row.get(tr("c.speedup")) or 1) < 1 and row[tr("cmp.col_method")] != method_label("vanilla")]
         if slower:
-            st.info(tr("cmp.slower", methods=", ".join(slower)))
+            st.info(tr("cmp.slower_tuned" if r.get("trees") == "tuned" else "cmp.slower", methods=", ".join(slower)))
         st.subheader(tr("cmp.first_trees"))
         for m in [m for m in r["order"] if m != "vanilla"] or r["order"]:
             st.markdown(f"**{method_label(m)}**")

@@ -132,8 +132,8 @@ STRINGS: dict[str, tuple[str, str]] = {
     ),
     "home.speed": ("Speed on this machine", "本机上的速度"),
     "home.speed_note": (
-        "Measured once on this machine, which other users may share: the acceptance above is what speculation achieves; the speed depends on the hardware (see \"{page}\").",
-        "在本机上测得一次，本机可能同时被其他用户使用：上面的接受情况是推测解码本身的效果；速度取决于硬件（见“{page}”）。",
+        "Measured once on this machine, which other users may share: the acceptance above is what speculation achieves; the speed depends on the hardware (see \"{page}\") and on how predictable the text is - code and lists are guessed far more often than free prose (try the example prompts).",
+        "在本机上测得一次，本机可能同时被其他用户使用：上面的接受情况是推测解码本身的效果；速度取决于硬件（见“{page}”），也取决于文本有多好猜——代码和列表比自由行文容易猜中得多（可试试示例提示词）。",
     ),
     "home.legend": ("Colours: how each token was produced", "颜色：每个 token 的产生方式"),
     "home.vanilla_same": ("Output identical to vanilla: {same}", "与普通解码输出相同：{same}"),

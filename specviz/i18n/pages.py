@@ -20,6 +20,10 @@ STRINGS: dict[str, tuple[str, str]] = {
         "Slower than vanilla here: {methods}. Each draft tree is verified in one pass, and on this device the extra tree tokens cost more than the accepted guesses save (see *Why it is free*). The trees are set in the sidebar's Draft settings; *Tune the tree for this machine* picks the size that is fastest here.",
         "在本机上比普通解码慢：{methods}。每棵草稿树在一次前向中验证，而在本设备上额外的树 token 的代价超过了被接受的猜测所节省的时间（见“为什么几乎免费”）。草稿树在侧边栏的草稿设置中设定；“为本机调优草稿树”会选出在本机最快的大小。",
     ),
+    "cmp.slower_tuned": (
+        "Slower than vanilla here: {methods}, each already at the tree tuned for this machine. Each draft tree is verified in one pass, and on this device an extra tree token costs a sizeable part of a pass, more than these heads' accepted guesses save on this prompt (see *Why it is free*; on a GPU, or with dense or bf16 weights here, the same heads are faster than vanilla).",
+        "在本机上比普通解码慢：{methods}（均已使用为本机调优的草稿树）。每棵草稿树在一次前向中验证，而在本设备上每多一个树 token 就要花掉一次前向的相当一部分，超过了这些草稿头在此提示上被接受的猜测所节省的时间（见“为什么几乎免费”；在 GPU 上，或在本机使用稠密或 bf16 权重时，同样的草稿头比普通解码快）。",
+    ),
     "cmp.none": ("Select at least one available method.", "请至少选择一个可用方法。"),
     "cmp.col_method": ("method", "方法"),
     "cmp.col_tokens": ("new tokens", "新 token 数"),
