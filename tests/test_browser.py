@@ -210,7 +210,7 @@ def test_lossless(server, browser):
 
 
 def test_compare(server, browser):
-    open_page(browser, f"{server}/compare?max_new=32&prompt=Summarise%3A+The+cat+sat+on+the+mat.+The+cat+was+happy+on+the+mat+because+the+mat+was+warm.")
+    open_page(browser, f"{server}/compare?max_new=32")  # the default prompt, methods and trees (each tuned here)
     assert browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")  # acceptance at equal trees: shipped, no run
     shot(browser, "compare")
     for label, name in (("EAGLE-1 vs 2 vs 3", "compare_diff"), ("Speed on this machine", None)):
