@@ -303,3 +303,16 @@ def test_explicit_sizes_skip_tuning(target, monkeypatch):
     d = make_drafter("eagle1", target, tree_size="paper")
     assert d.static_tree == EAGLE1_TREE
     assert torch.is_tensor(next(d.head.parameters()))
+
+
+def test_compare_trees_script_reads_tree_settings():
+    """scripts/compare_trees.py: a --tree is a method and its drafter options, typed."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("compare_trees", Path(__file__).parent.parent / "scripts" / "compare_trees.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    label, name, opts = mod.parse_tree("eagle3 depth=1 total_tokens=64 min_prob=0.25")
+    assert (name, opts) == ("eagle3", {"depth": 1, "total_tokens": 64, "min_prob": 0.25})
+    assert mod.parse_tree("eagle2")[1:] == ("eagle2", {})
