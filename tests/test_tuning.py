@@ -25,42 +25,6 @@ def test_dynamic_accepts_hand_example():
     assert tuning.dynamic_accepts(cands, [7, 7], 2, 6) == [[0] * 6, [0] * 6]
 
 
-@pytest.mark.parametrize("total", [2, 3, 5, 8, 12])
-def test_small_dynamic_trees_expand_fewer_nodes_and_keep_the_same_tree(total):
-    """A dynamic tree of fewer than top_k + 1 nodes expands only its best total - 1 frontier nodes:
-    the kept tree (tokens, parents, q, scores) equals the full expansion's, with fewer drafter calls."""
-    from specviz.tree import build_dynamic_tree
-
-    vocab = 50
-
-    def run(prune, root):
-        rows = []
-
-        def expand(tree, nodes):
-            out = []
-            for i in nodes:  # each node's distribution depends only on its path of tokens
-                path, a = [], i
-                while a >= 0:
-                    path.append(tree.tokens[a])
-                    a = tree.parents[a]
-                g = torch.Generator().manual_seed(hash(tuple(path)) % (2**31))
-                out.append(torch.softmax(3 * torch.randn(vocab, generator=g), -1))
-            rows.append(len(nodes))
-            return torch.stack(out)
-
-        return build_dynamic_tree(root, expand, depth=4, top_k=8, total_tokens=total, prune=prune), rows
-
-    for root in range(5):  # five roots: five different sets of distributions
-        small, small_rows = run(True, root)
-        full, full_rows = run(False, root)
-        assert (small.tokens, small.parents, small.q, small.scores) == (full.tokens, full.parents, full.q, full.scores)
-        assert len(small) == total
-        if total - 1 < 8:
-            assert sum(small_rows) < sum(full_rows)
-        else:
-            assert small_rows == full_rows
-
-
 def _path_expand(vocab=50, calls=None):
     """A fake drafter: each node's distribution depends only on its path of tokens."""
 
@@ -78,6 +42,27 @@ def _path_expand(vocab=50, calls=None):
         return torch.stack(out)
 
     return expand
+
+
+@pytest.mark.parametrize("total", [2, 3, 5, 8, 12])
+def test_small_dynamic_trees_expand_fewer_nodes_and_keep_the_same_tree(total):
+    """A dynamic tree of fewer than top_k + 1 nodes expands only its best total - 1 frontier nodes:
+    the kept tree (tokens, parents, q, scores) equals the full expansion's, with fewer drafter calls."""
+    from specviz.tree import build_dynamic_tree
+
+    def run(prune, root):
+        rows = []
+        return build_dynamic_tree(root, _path_expand(calls=rows), depth=4, top_k=8, total_tokens=total, prune=prune), rows
+
+    for root in range(5):  # five roots: five different sets of distributions
+        small, small_rows = run(True, root)
+        full, full_rows = run(False, root)
+        assert (small.tokens, small.parents, small.q, small.scores) == (full.tokens, full.parents, full.q, full.scores)
+        assert len(small) == total
+        if total - 1 < 8:
+            assert sum(small_rows) < sum(full_rows)
+        else:
+            assert small_rows == full_rows
 
 
 @pytest.mark.parametrize("min_prob", [0.03, 0.1, 0.25, 0.5, 0.99])

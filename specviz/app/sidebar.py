@@ -110,10 +110,8 @@ def _apply_tuned() -> None:
         ss[k] = ss["w_" + k] = int(v)
     floor = float(best.get("min_prob", 0.0))
     ss["min_prob"] = ss["w_min_prob"] = floor
-    if floor > 0:
-        msg = tr("sb.tune_done_floor", depth=best["depth"], p=floor, tau=best["tau"], tps=best["tok_s"], van=best["vanilla_tok_s"])
-    else:
-        msg = tr("sb.tune_done", depth=best["depth"], n=best["total_tokens"], tau=best["tau"], tps=best["tok_s"], van=best["vanilla_tok_s"])
+    said = dict(depth=best["depth"], tau=best["tau"], tps=best["tok_s"], van=best["vanilla_tok_s"])
+    msg = tr("sb.tune_done_floor", p=floor, **said) if floor > 0 else tr("sb.tune_done", n=best["total_tokens"], **said)
     ss["tune_msg"] = (m, "ok", msg)
 
 

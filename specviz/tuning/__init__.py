@@ -87,14 +87,20 @@ def _chain(children: dict, cont: list[int]) -> list[int]:
     return out
 
 
-def dynamic_accepts(cands: list, cont: list[int], max_depth: int, n_max: int) -> list[list[int]]:
-    """acc[d-1][N-1] = tokens a greedy walk accepts in the tree of N nodes and depth <= d."""
+def _depths_and_chain(cands: list, cont: list[int], max_depth: int) -> tuple[list[int], list[int]]:
+    """Each candidate's depth, and the candidates along the target's continuation (its first
+    max_depth tokens)."""
     depth = [0] * len(cands)
     children = {}
     for i in range(1, len(cands)):
         depth[i] = depth[cands[i][1]] + 1
         children.setdefault((cands[i][1], cands[i][2]), i)
-    chain = _chain(children, cont[:max_depth])
+    return depth, _chain(children, cont[:max_depth])
+
+
+def dynamic_accepts(cands: list, cont: list[int], max_depth: int, n_max: int) -> list[list[int]]:
+    """acc[d-1][N-1] = tokens a greedy walk accepts in the tree of N nodes and depth <= d."""
+    depth, chain = _depths_and_chain(cands, cont, max_depth)
     acc = [[0] * n_max for _ in range(max_depth)]
     for d in range(1, max_depth + 1):
         # same order as build_dynamic_tree's final selection: score desc, then index
@@ -114,24 +120,20 @@ def floor_rounds(cands: list, cont: list[int], max_depth: int, n_max: int, min_p
     greedy walk accepts). The candidates come from a full-width run: a node at least `min_prob`
     likely has a parent that is too, so the floored tree's candidates are the same nodes."""
     floor = math.log(min_prob)
-    depth = [0] * len(cands)
-    children = {}
-    for i in range(1, len(cands)):
-        depth[i] = depth[cands[i][1]] + 1
-        children.setdefault((cands[i][1], cands[i][2]), i)
-    chain = _chain(children, cont[:max_depth])
-    sure_at = [0] * (max_depth + 2)  # candidates at least min_prob likely, per depth
-    for i in range(1, len(cands)):
-        if cands[i][0] >= floor and depth[i] <= max_depth:
-            sure_at[depth[i]] += 1
+    depth, chain = _depths_and_chain(cands, cont, max_depth)
+    # candidates at least min_prob likely, in build_dynamic_tree's keep order (score desc, index)
+    sure = sorted((i for i in range(1, len(cands)) if cands[i][0] >= floor and depth[i] <= max_depth),
+                  key=lambda i: (-cands[i][0], i))
+    sure_at = [0] * (max_depth + 2)  # how many per depth
+    for i in sure:
+        sure_at[depth[i]] += 1
     out = []
     for cap in range(1, max_depth + 1):
         levels = 1
         while levels < cap and sure_at[levels] > 0:
             levels += 1
         width = min(top_k, max([sure_at[k] for k in range(1, levels)] + [1]))
-        sure = [i for i in range(1, len(cands)) if depth[i] <= levels and cands[i][0] >= floor]
-        kept = set(sorted(sure, key=lambda i: (-cands[i][0], i))[: n_max - 1])
+        kept = set([i for i in sure if depth[i] <= levels][: n_max - 1])
         acc = 0
         for node in chain:
             if node not in kept:
