@@ -22,7 +22,8 @@ DEFAULTS = {
     "total_tokens": 24,
     # keep draft paths at least this likely (tree.build_dynamic_tree): on a CPU an extra tree token
     # costs ~1/4 of a pass, so only paths the head is fairly sure of pay (the shipped EAGLE-3 head:
-    # ~1.04x vanilla at depth 6 with 0.25, 0.22x with the papers' 24 nodes); a GPU verifies the
+    # predicted ~1.04x vanilla at depth 6 with 0.25, 0.22x with the papers' 24 nodes; measured 1.15x
+    # and 0.43x on the default prompt, 48 tokens, idle); a GPU verifies the
     # whole tree for the price of one token, so there the papers' fixed-size tree (0)
     "min_prob": 0.0 if torch.cuda.is_available() else 0.25,
     "pld_ngram": 3,
