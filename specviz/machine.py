@@ -30,7 +30,20 @@ def machine() -> dict:
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "torch": torch.__version__,
         "python": platform.python_version(),
+        "numerics": numerics(),
     }
+
+
+def numerics() -> str:
+    """What this machine's fp32 results depend on beyond the code: torch's vector kernels (its CPU
+    capability: AVX512, AVX2, ...) and the block kernel's vector width. Two machines with the same
+    string compute the same bits; others agree to ~1e-5 (e.g. torch's cos/sin and softmax sums)."""
+    from . import qkernel
+
+    cap = torch.backends.cpu.get_cpu_capability()
+    lib = qkernel.loaded()
+    width = getattr(lib, "blockmm_simd", None) if lib is not None else None
+    return f"torch {cap}, block kernel {width() if width else 'none'}"
 
 
 def device_key(model) -> str:

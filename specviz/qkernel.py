@@ -88,6 +88,7 @@ def library(native: bool = True):
                 fn.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr, ctypes.c_int]
                 fn.restype = None
             lib.blockmm_has_avx512.restype = ctypes.c_int
+            lib.blockmm_simd.restype = ctypes.c_int
             lib.layer_forward.argtypes = [ptr, ptr, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, ptr, ctypes.c_int]
             lib.layer_forward.restype = None
             lib.layers_forward.argtypes = [ptr, i64, ptr, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64, ptr, ctypes.c_int, ptr]

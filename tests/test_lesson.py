@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from specviz import lesson as LS
+from specviz import machine
 from specviz.trace import RoundTrace
 
 ROUNDS = LS.load_rounds()
@@ -46,9 +47,13 @@ def test_heads_are_the_ones_recorded(target):
 
 @pytest.mark.parametrize("key", [s.key for s in LS.SPECS])
 def test_replays_live_to_the_identical_trace(target, key):
+    """Every field but the three timings. Floats exactly where this machine computes as the recording
+    one did (same torch vector kernels, same block-kernel width); elsewhere (an AVX2 CPU replaying an
+    AVX-512 recording) probabilities may move ~1e-5, while tokens, tree, decisions and draws may not."""
     rec = ROUNDS[key]
     live = LS.replay(target, rec)
-    assert LS.differences(rec.trace, live) == []  # every field but the three timings, floats exact
+    same = rec.recorded.get("numerics") == machine.numerics()
+    assert LS.differences(rec.trace, live, tol=0.0 if same else 1e-4) == []
 
 
 def test_differences_sees_a_change_and_ignores_timings():
@@ -106,7 +111,10 @@ def test_run_it_live_button_replays_the_step():
     at.button(key="lesson_live_s2").click().run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
-    assert any("identical" in s.value for s in at.success), [s.value for s in at.success]
+    said = [s.value for s in at.success]
+    same = LS.load_round("eagle3-greedy").recorded.get("numerics") == machine.numerics()  # step 2's round
+    expect = "identical to the recording" if same else "identical tokens, tree, accept/reject decisions and random draws"
+    assert any(expect in s for s in said), said
 
 
 def test_deep_link_opens_a_step():

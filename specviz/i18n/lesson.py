@@ -14,6 +14,11 @@ STRINGS: dict[str, tuple[str, str]] = {
                              "现在用相同的提示、设置和随机种子在引擎中运行（在这台 CPU 上需要几秒；第一次还要加载模型）。"),
     "lesson.live_same": ("Live run: identical to the recording (every field except timings). Draft {d:.0f} ms, verify {v:.0f} ms on this machine now.",
                          "实时运行：与录制完全相同（除耗时外的所有字段）。本机此刻起草 {d:.0f} 毫秒，验证 {v:.0f} 毫秒。"),
+    "lesson.live_close": ("Live run: identical tokens, tree, accept/reject decisions and random draws; the probabilities agree to 4 significant digits, "
+                          "not to the last bit, because this CPU's vector arithmetic differs from the recording machine's ({now} here, {rec} there). "
+                          "Draft {d:.0f} ms, verify {v:.0f} ms on this machine now.",
+                          "实时运行：token、树、接受/拒绝判定与随机抽样完全相同；概率在 4 位有效数字内一致，但末位不同，"
+                          "因为本机 CPU 的向量运算与录制机器不同（本机 {now}，录制机 {rec}）。本机此刻起草 {d:.0f} 毫秒，验证 {v:.0f} 毫秒。"),
     "lesson.live_differs": ("Live run differs from the recording: {diff}", "实时运行与录制不同：{diff}"),
     "lesson.live_showing": ("Showing the live round.", "正在显示实时运行的这一轮。"),
     "lesson.live_curve": ("Measured now: {ms}", "刚刚测得：{ms}"),

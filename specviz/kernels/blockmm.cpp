@@ -10,8 +10,10 @@
 // With AVX-512 a pass of several tokens is compute bound, so the inner loop is a register tile
 // of 2 rows x up to 6 tokens: each block is decoded once per row and each slice of x loaded once
 // for both rows; one token (decoding) stays bound by memory, which software prefetch keeps busy.
-// About 70% of the FMA peak of a Zen 4 core at 6 tokens; without AVX-512 the plain C++ loops
-// below are what the compiler vectorises. The tile only regroups work: every sum keeps its order.
+// About 70% of the FMA peak of a Zen 4 core at 6 tokens. With AVX2 + FMA (no AVX-512: Zen 3, most
+// laptops) the same tile runs on pairs of 8-lane registers, 1 row x up to 3 tokens, and gives the
+// same bits; only without either do the plain C++ loops below run (6-10x slower than AVX2 there).
+// The tile only regroups work: every sum keeps its order.
 //
 // Layouts (row n = output feature, nb = K / 32 blocks per row):
 //   Q4_1: qs uint8 [N, nb, 16] (low nibble = element j, high nibble = element j + 16),
@@ -26,8 +28,16 @@
 #include <utility>
 #include <vector>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
+#endif
+
+#if defined(__AVX512F__)
+#define BLOCKMM_SIMD 512
+#elif defined(__AVX2__) && defined(__FMA__)
+#define BLOCKMM_SIMD 256
+#else
+#define BLOCKMM_SIMD 0
 #endif
 
 namespace {
@@ -37,19 +47,64 @@ constexpr int64_t PREFETCH_TILES = 4;
 
 // Block decoders: weights j and j+16 of a 32-weight block into two 16-lane halves, rounded as
 // gguf-py rounds them. `Q` is the quantised element, QB its count per block, SB scales per block.
+
+#if BLOCKMM_SIMD
+// Sixteen fp32 lanes: one AVX-512 register, or two AVX2 registers (lanes 0-7, 8-15). The matmul
+// below is written once on this type, so both instruction sets do the same operations lane by lane
+// (one fused multiply-add per weight) and reduce the 16 lanes in the same tree: an AVX2 CPU gives
+// the same bits as an AVX-512 one (the plain C++ path sums in another order).
+#if BLOCKMM_SIMD == 512
+struct V16 {
+    __m512 v;
+};
+inline V16 vzero() { return {_mm512_setzero_ps()}; }
+inline V16 vload(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline V16 vfmadd(V16 a, V16 b, V16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+inline V16 vadd(V16 a, V16 b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline float vsum(V16 a) { return _mm512_reduce_add_ps(a.v); }
+#define BLOCKMM_KEEP(x) asm("" : "+v"((x).v))
+#else
+struct V16 {
+    __m256 a, b;
+};
+inline V16 vzero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+inline V16 vload(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+inline V16 vfmadd(V16 x, V16 y, V16 z) { return {_mm256_fmadd_ps(x.a, y.a, z.a), _mm256_fmadd_ps(x.b, y.b, z.b)}; }
+inline V16 vadd(V16 x, V16 y) { return {_mm256_add_ps(x.a, y.a), _mm256_add_ps(x.b, y.b)}; }
+// gcc's _mm512_reduce_add_ps, step for step: upper 8 + lower 8, upper 4 + lower 4, then pairs
+inline float vsum(V16 x) {
+    const __m256 t3 = _mm256_add_ps(x.b, x.a);
+    const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+    const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(_mm_add_ss(t8, _mm_shuffle_ps(t8, t8, _MM_SHUFFLE(1, 1, 1, 1))));
+}
+#define BLOCKMM_KEEP(x) do { asm("" : "+x"((x).a)); asm("" : "+x"((x).b)); } while (0)
+#endif
+#endif
+
 struct Q41 {
     using Q = uint8_t;
     static constexpr int64_t QB = 16, SB = 2;  // 32 nibbles; d, m
-#if defined(__AVX512F__)
+#if BLOCKMM_SIMD == 512
     // The 16 values a nibble can stand for, d*q + m for q = 0..15 (the same two roundings), looked
     // up per lane: one multiply and one add per block instead of one per half, and no conversions.
-    static inline void decode(const Q* q, const float* s, __m512& lo, __m512& hi) {
+    static inline void decode(const Q* q, const float* s, V16& lo, V16& hi) {
         const __m512 nibbles = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         const __m512 table = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(s[0]), nibbles), _mm512_set1_ps(s[1]));
         const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
         // permutexvar reads only the low 4 bits of each index: no masking needed
-        lo = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(raw), table);
-        hi = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_srli_epi16(raw, 4)), table);
+        lo.v = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(raw), table);
+        hi.v = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_srli_epi16(raw, 4)), table);
+    }
+#elif BLOCKMM_SIMD == 256
+    // d*q + m with the same two roundings as the table above, eight lanes at a time
+    static inline void decode(const Q* q, const float* s, V16& lo, V16& hi) {
+        const __m256 d = _mm256_set1_ps(s[0]), m = _mm256_set1_ps(s[1]);
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), low4 = _mm_set1_epi8(15);
+        const __m128i l = _mm_and_si128(raw, low4), h = _mm_and_si128(_mm_srli_epi16(raw, 4), low4);
+        auto f = [&](__m128i b) { return _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b))), m); };
+        lo = {f(l), f(_mm_srli_si128(l, 8))};
+        hi = {f(h), f(_mm_srli_si128(h, 8))};
     }
 #endif
     static inline void decode(const Q* q, const float* s, float* lo, float* hi) {
@@ -63,11 +118,20 @@ struct Q41 {
 struct Q80 {
     using Q = int8_t;
     static constexpr int64_t QB = 32, SB = 1;  // 32 bytes; d
-#if defined(__AVX512F__)
-    static inline void decode(const Q* q, const float* s, __m512& lo, __m512& hi) {
+#if BLOCKMM_SIMD == 512
+    static inline void decode(const Q* q, const float* s, V16& lo, V16& hi) {
         const __m512 d = _mm512_set1_ps(s[0]);
-        lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)))));
-        hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)))));
+        lo.v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)))));
+        hi.v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)))));
+    }
+#elif BLOCKMM_SIMD == 256
+    static inline void decode(const Q* q, const float* s, V16& lo, V16& hi) {
+        const __m256 d = _mm256_set1_ps(s[0]);
+        auto f = [&](const Q* p) {
+            return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
+        };
+        lo = {f(q), f(q + 8)};
+        hi = {f(q + 16), f(q + 24)};
     }
 #endif
     static inline void decode(const Q* q, const float* s, float* lo, float* hi) {
@@ -78,7 +142,7 @@ struct Q80 {
     }
 };
 
-#if defined(__AVX512F__)
+#if BLOCKMM_SIMD
 // y[t, n] for R rows from n0 and TT tokens: a register tile of R x TT x 2 accumulators. Each block
 // of the R rows is decoded once and each 16-float half of a token's x is loaded once for all R
 // rows, so a block costs R decodes + 2 TT loads for 2 R TT multiply-adds (R = 1 loads once per
@@ -97,13 +161,13 @@ inline void tile(const float* x, int64_t K, const typename D::Q* qs, const float
     }
     // the rows PREFETCH_TILES tiles further on, a slice per block (addresses only: prefetches never fault)
     const uintptr_t ahead_q = PREFETCH_TILES * R * nb * D::QB * sizeof(*q[0]), ahead_s = PREFETCH_TILES * R * nb * D::SB * 4;
-    __m512 lo[R][TT], hi[R][TT];
+    V16 lo[R][TT], hi[R][TT];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-        for (int t = 0; t < TT; ++t) lo[r][t] = hi[r][t] = _mm512_setzero_ps();
+        for (int t = 0; t < TT; ++t) lo[r][t] = hi[r][t] = vzero();
     for (int64_t b = 0; b < nb; ++b) {
-        __m512 wlo[R], whi[R];
+        V16 wlo[R], whi[R];
         if constexpr (R > 1) {  // rows are read side by side, which the hardware prefetcher misses
             _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(q[0]) + ahead_q + b * R * D::QB * sizeof(*q[0])),
                          _MM_HINT_T0);
@@ -115,34 +179,36 @@ inline void tile(const float* x, int64_t K, const typename D::Q* qs, const float
 #pragma GCC unroll 8
         for (int t = 0; t < TT; ++t) {
             const float* xt = x + t * K + b * 32;
-            __m512 xlo = _mm512_loadu_ps(xt), xhi = _mm512_loadu_ps(xt + 16);
+            V16 xlo = vload(xt), xhi = vload(xt + 16);
             if constexpr (R > 1) {  // keep x in a register: else gcc folds one load into every multiply-add
-                asm("" : "+v"(xlo));
-                asm("" : "+v"(xhi));
+                BLOCKMM_KEEP(xlo);
+                BLOCKMM_KEEP(xhi);
             }
 #pragma GCC unroll 8
             for (int r = 0; r < R; ++r) {
-                lo[r][t] = _mm512_fmadd_ps(xlo, wlo[r], lo[r][t]);
-                hi[r][t] = _mm512_fmadd_ps(xhi, whi[r], hi[r][t]);
+                lo[r][t] = vfmadd(xlo, wlo[r], lo[r][t]);
+                hi[r][t] = vfmadd(xhi, whi[r], hi[r][t]);
             }
         }
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-        for (int t = 0; t < TT; ++t) y[t * ldy + n0 + r] = _mm512_reduce_add_ps(_mm512_add_ps(lo[r][t], hi[r][t]));
+        for (int t = 0; t < TT; ++t) y[t * ldy + n0 + r] = vsum(vadd(lo[r][t], hi[r][t]));
 }
 
 // Row tiles of TILE_ROWS (the last rows one by one) for TT tokens.
 template <class D, int TT>
 void rows(const float* x, int64_t K, const typename D::Q* qs, const float* sc, int64_t n0, int64_t n1, float* y,
           int64_t ldy) {
-    constexpr int R = 2;  // 2 R TT accumulators + 2 R weights + 2 x: up to TT = 6 in 32 registers
+    // AVX-512: 2 R TT accumulators + 2 R weights + 2 x, up to TT = 6 in 32 registers; AVX2 holds
+    // half as many lanes in half as many registers, so one row and up to 3 tokens
+    constexpr int R = BLOCKMM_SIMD == 512 ? 2 : 1;
     int64_t n = n0;
     for (; n + R <= n1; n += R) tile<D, R, TT>(x, K, qs, sc, n, y, ldy);
     for (; n < n1; ++n) tile<D, 1, TT>(x, K, qs, sc, n, y, ldy);
 }
-constexpr int MAX_TOKENS = 6;  // tokens in one register tile
+constexpr int MAX_TOKENS = BLOCKMM_SIMD == 512 ? 6 : 3;  // tokens in one register tile
 #else  // portable: 16-lane arrays the compiler vectorises with whatever the CPU has
 constexpr int MAX_TOKENS = 8;
 
@@ -220,6 +286,9 @@ int blockmm_has_avx512() {
     return 0;
 #endif
 }
+
+// Vector width of the block matmul: 512 (AVX-512), 256 (AVX2 + FMA, same bits), 0 (plain C++).
+int blockmm_simd() { return BLOCKMM_SIMD; }
 
 void q4_1_mm(const float* x, int64_t T, int64_t K, const uint8_t* qs, const float* dm, int64_t N, float* y,
              int threads) {
@@ -333,7 +402,7 @@ inline void swiglu(const float* gate, const float* up, float* act, int64_t n) {
     for (; i < n; ++i) act[i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
 }
 
-#if defined(__AVX512F__)
+#if BLOCKMM_SIMD == 512
 // out[:hd] = sum over visible keys j (in order) of (p[j] / sum) * v_j, 16 * NC = hd lanes in registers
 // (the plain loop kept `out` in memory: a store and reload per key)
 template <int NC>
@@ -353,6 +422,20 @@ inline void weighted_values(const float* p, int64_t S, float sum, const float* v
         }
     }
     for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out + 16 * c, acc[c]);
+}
+#elif BLOCKMM_SIMD == 256
+// the same with 8 lanes a register: NC = hd / 8 (each lane's sum is the plain loop's, so the same bits)
+template <int NC>
+inline void weighted_values(const float* p, int64_t S, float sum, const float* vals, int64_t hd, float* out) {
+    __m256 acc[NC];
+    for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < S; ++j) {
+        if (p[j] == 0.f) continue;
+        const __m256 wj = _mm256_set1_ps(p[j] / sum);
+        const float* v = vals + j * hd;
+        for (int c = 0; c < NC; ++c) acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(wj, _mm256_loadu_ps(v + 8 * c)));
+    }
+    for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out + 8 * c, acc[c]);
 }
 #endif
 
@@ -401,8 +484,51 @@ inline void transpose16(__m512 r[16]) {
 // out[j] = dot16(q, keys + j * n, n) * scale for 16 keys, n a multiple of 16. With AVX-512 the 16
 // keys' lane sums are transposed so that the 16 serial additions of each key run side by side
 // (same additions in the same order as dot16, so the same numbers).
+#if BLOCKMM_SIMD == 256
+// r[l] = column l of the 8 x 8 matrix whose rows are r[0..7]
+inline void transpose8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; ++i) {
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; ++i) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+        r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+    }
+}
+#endif
+
 inline void dot16_keys(const float* q, const float* keys, int64_t n, float scale, float* out) {
-#if defined(__AVX512F__)
+#if BLOCKMM_SIMD == 256
+    // 8 keys at a time: lanes 0-7 and 8-15 of each key's sums, transposed, then added serially
+    // lane by lane (0..15) for the 8 keys side by side: dot16's additions, dot16's order
+    for (int j0 = 0; j0 < 16; j0 += 8) {
+        __m256 lo[8], hi[8];
+        for (int j = 0; j < 8; ++j) {
+            const float* k = keys + (j0 + j) * n;
+            __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+            for (int64_t i = 0; i < n; i += 16) {
+                a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i)));
+                b = _mm256_add_ps(b, _mm256_mul_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8)));
+            }
+            lo[j] = a;
+            hi[j] = b;
+        }
+        transpose8(lo);
+        transpose8(hi);
+        __m256 s = _mm256_setzero_ps();
+        for (int l = 0; l < 8; ++l) s = _mm256_add_ps(s, lo[l]);
+        for (int l = 0; l < 8; ++l) s = _mm256_add_ps(s, hi[l]);
+        _mm256_storeu_ps(out + j0, _mm256_mul_ps(s, _mm256_set1_ps(scale)));
+    }
+#elif defined(__AVX512F__)
     __m512 lanes[16];
     for (int j = 0; j < 16; ++j) {
         const float* k = keys + j * n;
@@ -489,14 +615,15 @@ void layer_impl(const LayerArgs* a, float* x, const float* attn_in, int64_t T, i
         softmax_numerators(p.data(), S, mx);
         for (int64_t j = 0; j < S; ++j) sum += p[j];
         float* out = att + t * qd + head * hd;
-#if defined(__AVX512F__)
+#if BLOCKMM_SIMD
+        constexpr int lanes = BLOCKMM_SIMD == 512 ? 16 : 8;
         const float* vals = vcache + g * max_len * hd;
         if (hd == 64) {
-            weighted_values<4>(p.data(), S, sum, vals, hd, out);
+            weighted_values<64 / lanes>(p.data(), S, sum, vals, hd, out);
             continue;
         }
         if (hd == 128) {
-            weighted_values<8>(p.data(), S, sum, vals, hd, out);
+            weighted_values<128 / lanes>(p.data(), S, sum, vals, hd, out);
             continue;
         }
 #endif
