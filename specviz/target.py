@@ -391,7 +391,9 @@ class TargetModel:
         """The LM head (fp32 out); from the GGUF blocks when the model has them."""
         if blocks and self.lm_head_blocks is not None and _uses_kernel(x.device):
             return self.lm_head_blocks.matmul(x, self._lib)
-        return F.linear(x, self.lm_head).float()
+        # as 2-D rows: a strided 3-D input (x[:, -1:] of a batch) makes matmul copy the weight once
+        # per batch row ([B, H, vocab]: 6.6 s of a 19.6 s bf16 forward of 48 x 232 tokens)
+        return F.linear(x.reshape(-1, x.shape[-1]), self.lm_head).float().view(*x.shape[:-1], -1)
 
     __call__ = forward
 

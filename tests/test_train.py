@@ -44,6 +44,28 @@ def test_batched_generation_matches_single_rows():
         assert s["feats"]["final"].shape[0] == len(s["tokens"]) - 1
 
 
+def test_prefill_model_hands_its_cache_to_the_decoder():
+    """A separate prefill model (data --prefill-dtype) gives the same rows as prefilling in place:
+    exactly with a same-precision twin (so the K/V copy, positions and padding are right), and up to
+    bf16 rounding with a bf16 twin (sampled rows too: the draws come from the same generator)."""
+    model = tiny_target(seed=3)
+    taps = tuple(model.cfg.eagle3_layers()) + ("final",)
+    prompts = [[5, 9, 17, 33, 2], [7, 8], [40, 41, 42, 43, 44, 45, 46, 47, 48]]
+    cfg = GenConfig(max_new_tokens=6, topk=4)
+    temps = [0.0, 0.8, 0.0]
+    run = lambda pre: generate_batch(model, prompts, temps, cfg, {1}, taps, torch.Generator().manual_seed(0),
+                                     prefill_model=pre)
+    base, twin, half = run(None), run(tiny_target(seed=3)), run(tiny_target(seed=3, dtype=torch.bfloat16))
+    for a, b, c in zip(base, twin, half):
+        assert a["tokens"] == b["tokens"] and torch.equal(a["topk_ids"], b["topk_ids"])
+        assert torch.equal(a["topk_logp"], b["topk_logp"])
+        for t in taps:
+            assert torch.equal(a["feats"][t], b["feats"][t]), t
+        assert c["tokens"][: len(a["tokens"])] == a["tokens"][: len(c["tokens"])]  # bf16 context, same answer here
+        assert torch.allclose(c["topk_logp"][:, 0].float(), a["topk_logp"][:, 0].float(), atol=0.05)
+        assert not torch.equal(c["feats"][2], a["feats"][2])  # the bf16 twin did compute the context
+
+
 def test_shards_round_trip(tmp_path):
     model = tiny_target()
     taps = tuple(model.cfg.eagle3_layers()) + ("final",)

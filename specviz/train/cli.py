@@ -30,6 +30,8 @@ def main(argv=None):
     d.add_argument("--greedy-fraction", type=float, default=0.67)
     d.add_argument("--temperature", type=float, default=0.8)
     d.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    d.add_argument("--prefill-dtype", default="", choices=["", "bf16", "fp32"],
+                   help="prefill the train prompts in this precision (bf16: AMX GEMMs), then decode in --dtype")
     d.add_argument("--model", default=None)
     d.add_argument("--threads", type=int, default=0)
     d.add_argument("--source", default="regen", choices=["regen", "scored", "both"],
@@ -90,7 +92,8 @@ def main(argv=None):
             t0 = time.time()
             out = build(args.out or default_data_dir(), args.n_train, args.n_heldout, cfg, dtype=args.dtype,
                         model_spec=args.model, source=args.source, turns=args.turns,
-                        exclude_files=[p for p in args.exclude.split(",") if p], conversations=args.conversations)
+                        exclude_files=[p for p in args.exclude.split(",") if p], conversations=args.conversations,
+                        prefill_dtype=args.prefill_dtype)
             print(f"data in {out} ({time.time() - t0:.0f} s)")
         elif args.cmd == "eval":
             eval_main(args)

@@ -79,11 +79,14 @@ def _row_temps(n: int, cfg: GenConfig, offset: int) -> list[float]:
 
 
 @torch.inference_mode()
-def generate_batch(model, prompts_ids: list[list[int]], temps: list[float], cfg: GenConfig, eos_ids, taps, generator):
+def generate_batch(model, prompts_ids: list[list[int]], temps: list[float], cfg: GenConfig, eos_ids, taps, generator,
+                   prefill_model=None):
     """Generate for a batch of prompts and collect the taps and top-k soft labels.
 
     Returns a list of per-sequence dicts (tokens, prompt_len, feats {tap: [len-1, H]},
-    topk_ids, topk_logp).
+    topk_ids, topk_logp). `prefill_model`: the same weights in bf16 to prefill the prompts with
+    (AMX/bf16 GEMMs: multi-turn contexts made the fp32 prefill ~2/3 of a batch's time); its K/V
+    are copied into `model`'s cache, which decodes on. The context taps are stored in bf16 anyway.
     """
     B = len(prompts_ids)
     dev = model.device
@@ -104,8 +107,20 @@ def generate_batch(model, prompts_ids: list[list[int]], temps: list[float], cfg:
     eye = torch.eye(P, dtype=torch.bool, device=dev)
     block = torch.ones(P, P, dtype=torch.bool, device=dev).tril()[None] & key_mask[:, None, :P]
     block = block | eye[None]
-    out = model.forward(tok.to(dev), cache, positions=positions, tree_mask=block, taps=taps, last_only=True)
-    cache.commit()
+    # dense layers (blocks=False: MKL's fp32 GEMM is ~1.7x the block kernel at 48+ rows, same
+    # weights, sums in another order), the LM head as the runtime has it (model.logits)
+    if prefill_model is None:
+        out = model.forward(tok.to(dev), cache, positions=positions, tree_mask=block, taps=taps, last_only=True,
+                            blocks=False, head=False)
+        cache.commit()
+    else:
+        pre = prefill_model.new_cache(P, batch=B)
+        out = prefill_model.forward(tok.to(dev), pre, positions=positions, tree_mask=block, taps=taps, last_only=True,
+                                    head=False)
+        cache.k[:, :, :, :P] = pre.k
+        cache.v[:, :, :, :P] = pre.v
+        cache.length = P
+        out.hidden = out.hidden.to(model.dtype)
     cache.key_mask = key_mask
     feats = {t: [out.taps[t].to(torch.bfloat16).cpu()] for t in taps}  # [B, P, H] (padded left)
     temps_t = torch.tensor(temps, device=dev)
@@ -115,25 +130,27 @@ def generate_batch(model, prompts_ids: list[list[int]], temps: list[float], cfg:
     eos = torch.tensor(sorted(eos_ids), device=dev)
     new_tokens, lab_ids, lab_logp = [], [], []
     pos = torch.tensor(lens, device=dev)
-    logits = out.logits[:, -1]
+    logits = model.logits(out.hidden[:, -1])
+    drawn = (~greedy).nonzero()[:, 0]  # the sampled rows: only they need a draw (49k exponentials a row)
     for step in range(cfg.max_new_tokens):
         logp = torch.log_softmax(logits.float(), -1)
         v, i = logp.topk(cfg.topk, -1)
         lab_ids.append(i.int().cpu())
         lab_logp.append(v.half().cpu())
-        scaled = logits.float() / temps_t.clamp(min=1e-6)[:, None]
-        sampled = torch.multinomial(scaled.softmax(-1), 1, generator=generator)[:, 0]
-        nxt = torch.where(greedy, logits.argmax(-1), sampled)
+        nxt = i[:, 0].clone()  # the argmax (topk's first)
+        if len(drawn):
+            scaled = logits[drawn].float() / temps_t[drawn, None]
+            nxt[drawn] = torch.multinomial(scaled.softmax(-1), 1, generator=generator)[:, 0]
         new_tokens.append(nxt.cpu())
         is_eos = torch.isin(nxt, eos) & ~done
         n_new = torch.where(is_eos, torch.full_like(n_new, step + 1), n_new)
         done |= is_eos
         if bool(done.all()) or step == cfg.max_new_tokens - 1:
             break
-        out = model.forward(nxt[:, None], cache, positions=pos[:, None], taps=taps)
+        out = model.forward(nxt[:, None], cache, positions=pos[:, None], taps=taps, blocks=False, head=False)
         cache.commit()
         pos = pos + 1
-        logits = out.logits[:, -1]
+        logits = model.logits(out.hidden[:, -1])
         for t in taps:
             feats[t].append(out.taps[t].to(torch.bfloat16).cpu())
     gen = torch.stack(new_tokens, 1)  # [B, S]
@@ -197,7 +214,7 @@ def _batch_jobs(split: str, items, size, cfg: GenConfig, prefix: str = "") -> li
 
 
 def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "bf16", model_spec=None, log=print,
-          source: str = "regen", turns: str = "first", exclude_files=(), conversations=None):
+          source: str = "regen", turns: str = "first", exclude_files=(), conversations=None, prefill_dtype: str = ""):
     """Generate (or resume) the data set into `out_dir`.
 
     source: "regen" (the target answers each train context), "scored" (the target scores the
@@ -211,6 +228,9 @@ def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "b
     tdtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[dtype]
     target = load_target(model_spec, dtype=tdtype)
     model, tok = target.model, target.tokenizer
+    prefill = None
+    if prefill_dtype and prefill_dtype != dtype:  # regenerated train rows only: the held-out split stays as it was
+        prefill = load_target(model_spec, dtype={"bf16": torch.bfloat16, "fp32": torch.float32}[prefill_dtype]).model
     taps = tuple(model.cfg.eagle3_layers()) + ("final",)
     # `conversations`: a copy from sources.export_conversations (same order), else the ShareGPT package
     convs = read_conversations(conversations) if conversations else load_conversations(iter_sharegpt(), seed=cfg.seed)
@@ -249,7 +269,8 @@ def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "b
             idx = int(name)
             gen.manual_seed(cfg.seed * 100003 + idx)
             temps = _row_temps(len(batch), cfg, idx * cfg.batch)
-            seqs, kind = generate_batch(model, batch, temps, cfg, target.eos_ids, taps, gen), "regen"
+            seqs, kind = generate_batch(model, batch, temps, cfg, target.eos_ids, taps, gen,
+                                        prefill_model=prefill if split == "train" else None), "regen"
         save_shard(out_dir / f"{split}-{name}.safetensors", seqs, taps)
         st = stats.setdefault(kind, [0, 0, 0.0])  # response positions, tokens, seconds
         st[0] += sum(int(s["topk_ids"].shape[0]) for s in seqs)

@@ -167,13 +167,22 @@ def score_batch(model, items, taps, topk: int = 32) -> list[dict]:
         tok[b, : len(s)] = torch.tensor(s)
     cache = model.new_cache(T, batch=B)
     causal = torch.ones(T, T, dtype=torch.bool, device=dev).tril()
-    out = model.forward(tok.to(dev), cache, tree_mask=causal, taps=tuple(taps), last_only=True)
+    out = model.forward(tok.to(dev), cache, tree_mask=causal, taps=tuple(taps), head=False)
     final = out.taps["final"]
-    res = []
+    # the LM head over every answer row of the batch at once (one matmul instead of B)
+    rows = torch.cat([final[b, len(ctx) - 1 : len(ctx) - 1 + len(ans)] for b, (ctx, ans) in enumerate(items)])
+    vals, ids = [], []
+    for r0 in range(0, rows.shape[0], 1024):
+        logp = torch.log_softmax(model.logits(rows[r0 : r0 + 1024]).float(), -1)
+        v, i = logp.topk(topk, -1)
+        vals.append(v)
+        ids.append(i)
+    vals, ids = torch.cat(vals), torch.cat(ids)
+    res, r0 = [], 0
     for b, (ctx, ans) in enumerate(items):
         P, m = len(ctx), len(ans)
-        logp = torch.log_softmax(model.logits(final[b : b + 1, P - 1 : P - 1 + m]).float()[0], -1)
-        v, i = logp.topk(topk, -1)
+        v, i = vals[r0 : r0 + m], ids[r0 : r0 + m]
+        r0 += m
         n = P + m - 1
         res.append(dict(tokens=list(seqs[b]), prompt_len=P,
                         feats={t: out.taps[t][b, :n].to(torch.bfloat16).cpu().clone() for t in taps},
