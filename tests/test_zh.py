@@ -51,8 +51,27 @@ STRIP = [
 ]
 
 
+def _cpu_names() -> list[str]:
+    """CPU model names the pages quote as data (this machine's, and the recorded lessons' machine):
+    proper nouns such as 'Intel(R) Xeon(R) Processor', not UI text to translate."""
+    import json as _json
+
+    from specviz.machine import machine
+
+    names = {machine()["cpu"]}
+    rec = Path(__file__).parent.parent / "assets" / "lessons" / "machine.json"
+    if rec.is_file():
+        names.add(str(_json.loads(rec.read_text()).get("machine", {}).get("cpu", "")))
+    return sorted((n for n in names if n), key=len, reverse=True)
+
+
+CPU_NAMES = _cpu_names()
+
+
 def english_words(text: str) -> list[str]:
     """The English words of a UI string, after removing what may stay in Latin letters."""
+    for name in CPU_NAMES:
+        text = text.replace(name, " ")
     for pat in STRIP:
         text = pat.sub(" ", text)
     out = []
@@ -115,6 +134,8 @@ def test_detector_words():
     assert english_words("Measured just now on this machine") == ["Measured", "just", "now", "on", "this", "machine"]
     assert english_words("目标模型加入“ the”（附加 token）") == []
     assert english_words("tokens/s") == ["tokens"]
+    assert english_words(f"本机（{CPU_NAMES[0]}，2 个线程）") == []  # the machine's name is data
+    assert english_words("本机 Processor") == ["Processor"]
 
 
 # English still written inline by modules outside the pages, with the i18n key that replaces it;
