@@ -11,6 +11,7 @@ file names, and token text produced by a model (quoted, or inside the token-colo
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -54,14 +55,12 @@ STRIP = [
 def _cpu_names() -> list[str]:
     """CPU model names the pages quote as data (this machine's, and the recorded lessons' machine):
     proper nouns such as 'Intel(R) Xeon(R) Processor', not UI text to translate."""
-    import json as _json
-
     from specviz.machine import machine
 
     names = {machine()["cpu"]}
-    rec = Path(__file__).parent.parent / "assets" / "lessons" / "machine.json"
+    rec = ROOT / "assets" / "lessons" / "machine.json"
     if rec.is_file():
-        names.add(str(_json.loads(rec.read_text()).get("machine", {}).get("cpu", "")))
+        names.add(str(json.loads(rec.read_text()).get("machine", {}).get("cpu", "")))
     return sorted((n for n in names if n), key=len, reverse=True)
 
 
