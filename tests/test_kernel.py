@@ -185,6 +185,42 @@ def test_fused_layer_matches_float64_reference(lib, L):
     assert torch.allclose(vcache[:, L : L + T].double(), v_new.transpose(0, 1), atol=1e-4)
 
 
+def test_a_token_attends_the_same_alone_or_in_a_pass_at_any_thread_count(lib):
+    """The fused layer's attention splits a kv group's queries between tasks by thread count and
+    pass length (each block of keys is read once for all of a task's queries): a token's numbers
+    must not depend on that split. 6 query heads on 2 kv heads after 45 cached positions (keys in
+    blocks of 16 and a tail): the first token's row and cache entries, alone or followed by 6 more
+    tokens, with 1, 2 or 3 threads, are the same bits."""
+    H, n_heads, n_kv, hd, inter, L, max_len, eps = 128, 6, 2, 64, 96, 45, 64, 1e-5
+    g = torch.Generator().manual_seed(11)
+    blocks = [random_blocks("q4_1", (n_heads + 2 * n_kv) * hd, H, seed=21), random_blocks("q4_1", H, n_heads * hd, seed=22),
+              random_blocks("q8_0", 2 * inter, H, seed=23), random_blocks("q4_1", H, inter, seed=24)]
+    norms = (1 + 0.1 * torch.randn(H, generator=g), 1 + 0.1 * torch.randn(H, generator=g))
+    args = qkernel.LayerArgs(*(qkernel.Mat(0 if m.kind == "q4_1" else 1, m._ptrs[0], m._ptrs[1], m.n, m.k) for m in blocks),
+                             norms[0].data_ptr(), norms[1].data_ptr(), eps, n_heads, n_kv, hd, inter)
+    T = 7
+    angles = torch.arange(L, L + T)[:, None] * torch.rand(hd // 2, generator=g)
+    cos, sin = torch.cat([angles.cos()] * 2, -1).contiguous(), torch.cat([angles.sin()] * 2, -1).contiguous()
+    k0, v0 = torch.randn(n_kv, max_len, hd, generator=g), torch.randn(n_kv, max_len, hd, generator=g)
+    x0 = torch.randn(T, H, generator=g)
+
+    def run(tokens, threads):
+        x, k, v = x0[:tokens].clone(), k0.clone(), v0.clone()
+        mask = torch.tril(torch.ones(tokens, tokens, dtype=torch.uint8))
+        work = torch.empty(tokens * (H + 2 * (n_heads + 2 * n_kv) * hd + 3 * inter))
+        lib.layer_forward(ctypes.byref(args), x.data_ptr(), tokens, L, cos.data_ptr(), sin.data_ptr(), mask.data_ptr(),
+                          k.data_ptr(), v.data_ptr(), max_len, work.data_ptr(), threads)
+        return x, k, v
+
+    alone = run(1, 1)
+    assert not torch.equal(alone[0], x0[:1])
+    passes = {threads: run(T, threads) for threads in (1, 2, 3)}
+    for threads, (x, k, v) in passes.items():
+        assert torch.equal(x[:1], alone[0]), threads
+        assert torch.equal(k[:, : L + 1], alone[1][:, : L + 1]) and torch.equal(v[:, : L + 1], alone[2][:, : L + 1])
+        assert torch.equal(x, passes[1][0]), threads  # the later tokens too, whatever the split
+
+
 def test_all_layers_in_one_call_equal_one_call_per_layer(lib):
     """`layers_forward` (the target's whole pass in one call) gives the same numbers, bit for bit,
     as `layer_forward` called layer by layer, writes each layer's keys/values into its own cache

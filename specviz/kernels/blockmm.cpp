@@ -405,20 +405,22 @@ inline void swiglu(const float* gate, const float* up, float* act, int64_t n) {
 }
 
 #if BLOCKMM_SIMD == 512
-// out[:hd] = sum over visible keys j (in order) of (p[j] / sum) * v_j, 16 * NC = hd lanes in registers
-// (the plain loop kept `out` in memory: a store and reload per key)
+// out[:hd] += sum over visible keys j in [j0, j1) (in order) of (p[j] / sum) * v_j, 16 * NC = hd lanes
+// in registers for the range. Called over consecutive ranges with out zeroed first, each lane adds
+// the same products in the same order as one call over [0, S) (the plain loop's sums, so the same
+// bits); a range of keys read once serves every query of the group (see attend_group).
 template <int NC>
-inline void weighted_values(const float* p, int64_t S, float sum, const float* vals, int64_t hd, float* out) {
+inline void weighted_values(const float* p, int64_t j0, int64_t j1, float sum, const float* vals, int64_t hd, float* out) {
     __m512 acc[NC];
-    for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
+    for (int c = 0; c < NC; ++c) acc[c] = _mm512_loadu_ps(out + 16 * c);
     alignas(64) float w[16];
-    for (int64_t j0 = 0; j0 < S; j0 += 16) {
-        const int64_t n = S - j0 < 16 ? S - j0 : 16;
+    for (int64_t b0 = j0; b0 < j1; b0 += 16) {
+        const int64_t n = j1 - b0 < 16 ? j1 - b0 : 16;
         const __mmask16 live = static_cast<__mmask16>((1u << n) - 1);  // the divisions, 16 at a time
-        _mm512_store_ps(w, _mm512_div_ps(_mm512_maskz_loadu_ps(live, p + j0), _mm512_set1_ps(sum)));
-        for (int64_t j = j0; j < j0 + n; ++j) {
+        _mm512_store_ps(w, _mm512_div_ps(_mm512_maskz_loadu_ps(live, p + b0), _mm512_set1_ps(sum)));
+        for (int64_t j = b0; j < b0 + n; ++j) {
             if (p[j] == 0.f) continue;
-            const __m512 wj = _mm512_set1_ps(w[j - j0]);
+            const __m512 wj = _mm512_set1_ps(w[j - b0]);
             const float* v = vals + j * hd;
             for (int c = 0; c < NC; ++c) acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(wj, _mm512_loadu_ps(v + 16 * c)));
         }
@@ -428,10 +430,10 @@ inline void weighted_values(const float* p, int64_t S, float sum, const float* v
 #elif BLOCKMM_SIMD == 256
 // the same with 8 lanes a register: NC = hd / 8 (each lane's sum is the plain loop's, so the same bits)
 template <int NC>
-inline void weighted_values(const float* p, int64_t S, float sum, const float* vals, int64_t hd, float* out) {
+inline void weighted_values(const float* p, int64_t j0, int64_t j1, float sum, const float* vals, int64_t hd, float* out) {
     __m256 acc[NC];
-    for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
-    for (int64_t j = 0; j < S; ++j) {
+    for (int c = 0; c < NC; ++c) acc[c] = _mm256_loadu_ps(out + 8 * c);
+    for (int64_t j = j0; j < j1; ++j) {
         if (p[j] == 0.f) continue;
         const __m256 wj = _mm256_set1_ps(p[j] / sum);
         const float* v = vals + j * hd;
@@ -440,6 +442,17 @@ inline void weighted_values(const float* p, int64_t S, float sum, const float* v
     for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out + 8 * c, acc[c]);
 }
 #endif
+
+// the plain loop of weighted_values for any head size (out in memory)
+inline void weighted_values_plain(const float* p, int64_t j0, int64_t j1, float sum, const float* vals, int64_t hd,
+                                  float* out) {
+    for (int64_t j = j0; j < j1; ++j) {
+        if (p[j] == 0.f) continue;
+        const float w = p[j] / sum;
+        const float* v = vals + j * hd;
+        for (int64_t d = 0; d < hd; ++d) out[d] += w * v[d];
+    }
+}
 
 // sum of a[i] * b[i] in 16 independent lanes (vectorisable without reordering any lane's sum)
 inline float dot16(const float* a, const float* b, int64_t n) {
@@ -565,6 +578,66 @@ void rotate(float* v, const float* cos, const float* sin, int64_t half) {
     }
 }
 
+// Attention of queries [i0, i1) of kv group g, query i = token i % T of head g * rep + i / T:
+// softmax(q k^T * scale) v over the S cached keys of the group, hidden keys masked as in layer_impl.
+// Every query's numbers are those of computing it alone (same operations, same order); only the
+// loops are interchanged so that each block of keys (and of values) is read from memory once and
+// used from L1 by all the queries.
+void attend_group(const float* qkv, int64_t W, int64_t T, int64_t g, int64_t rep, int64_t i0, int64_t i1, int64_t hd,
+                  int64_t qd, const float* keys, const float* vals, int64_t S, int64_t L, int64_t offset,
+                  const uint8_t* mask, int64_t mw, float scale, float* att) {
+    const int64_t n = i1 - i0;
+    if (n <= 0) return;
+    std::vector<float> scores(n * S), sums(n);
+    std::vector<const float*> qs(n);
+    std::vector<float*> outs(n);
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t head = g * rep + (i0 + i) / T, t = (i0 + i) % T;
+        qs[i] = qkv + t * W + head * hd;
+        outs[i] = att + t * qd + head * hd;
+    }
+    // every key's score (16 keys at a time; this pass's keys are already in the cache)
+    int64_t j0 = 0;
+    if (hd % 16 == 0)
+        for (; j0 + 16 <= S; j0 += 16)
+            for (int64_t i = 0; i < n; ++i) dot16_keys(qs[i], keys + j0 * hd, hd, scale, scores.data() + i * S + j0);
+    for (int64_t i = 0; i < n; ++i) {
+        float* p = scores.data() + i * S;
+        const int64_t t = (i0 + i) % T;
+        for (int64_t j = j0; j < S; ++j) p[j] = dot16(qs[i], keys + j * hd, hd) * scale;
+        // -inf for the pass's keys this token may not see
+        for (int64_t j = L; j < S; ++j)
+            if (!(mask ? mask[t * mw + (j - L)] != 0 : j - L <= offset + t)) p[j] = -INFINITY;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < S; ++j) mx = p[j] > mx ? p[j] : mx;
+        softmax_numerators(p, S, mx);
+        float sum = 0.f;
+        for (int64_t j = 0; j < S; ++j) sum += p[j];
+        sums[i] = sum;
+        for (int64_t d = 0; d < hd; ++d) outs[i][d] = 0.f;
+    }
+    // the weighted values, 32 keys at a time (8 KB of values at hd 64, kept in L1 for all queries)
+    constexpr int64_t KEYS_PER_STEP = 32;
+    for (int64_t b0 = 0; b0 < S; b0 += KEYS_PER_STEP) {
+        const int64_t b1 = b0 + KEYS_PER_STEP < S ? b0 + KEYS_PER_STEP : S;
+        for (int64_t i = 0; i < n; ++i) {
+            const float* p = scores.data() + i * S;
+#if BLOCKMM_SIMD
+            constexpr int lanes = BLOCKMM_SIMD == 512 ? 16 : 8;
+            if (hd == 64) {
+                weighted_values<64 / lanes>(p, b0, b1, sums[i], vals, hd, outs[i]);
+                continue;
+            }
+            if (hd == 128) {
+                weighted_values<128 / lanes>(p, b0, b1, sums[i], vals, hd, outs[i]);
+                continue;
+            }
+#endif
+            weighted_values_plain(p, b0, b1, sums[i], vals, hd, outs[i]);
+        }
+    }
+}
+
 // The decoder layer behind layer_forward and head_layer_forward. attn_in: the attention's input
 // [T, wqkv.k], or null for rms_norm(x) (a Llama layer). offset: uncommitted entries already in the
 // cache after the L committed ones (a draft tree's earlier levels); the pass's keys/values go to
@@ -598,44 +671,18 @@ void layer_impl(const LayerArgs* a, float* x, const float* attn_in, int64_t T, i
         }
     }
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    // tasks = (kv group, a contiguous share of its rep * T queries): each task reads its group's
+    // keys and values once for all its queries, instead of once per (head, token) (the cache of a
+    // long context does not fit in L2, so a pass of T tokens read it 3 T times). At least `threads`
+    // shares per group keep every thread busy; which task a query lands in changes no number.
+    const int64_t nq = rep * T;
+    int64_t shares = threads < 1 ? 1 : threads;
+    if (shares > nq) shares = nq;
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t task = 0; task < nh * T; ++task) {
-        const int64_t head = task / T, t = task % T, g = head / rep;
-        const float* q = qkv + t * W + head * hd;
-        std::vector<float> p(S);
-        // every key's score (16 at a time; this pass's keys are already in the cache), then -inf
-        // for the pass's keys this token may not see
-        int64_t j0 = 0;
-        if (hd % 16 == 0)
-            for (; j0 + 16 <= S; j0 += 16) dot16_keys(q, kcache + (g * max_len + j0) * hd, hd, scale, p.data() + j0);
-        for (int64_t j = j0; j < S; ++j) p[j] = dot16(q, kcache + (g * max_len + j) * hd, hd) * scale;
-        for (int64_t j = L; j < S; ++j)
-            if (!(mask ? mask[t * mw + (j - L)] != 0 : j - L <= offset + t)) p[j] = -INFINITY;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < S; ++j) mx = p[j] > mx ? p[j] : mx;
-        float sum = 0.f;
-        softmax_numerators(p.data(), S, mx);
-        for (int64_t j = 0; j < S; ++j) sum += p[j];
-        float* out = att + t * qd + head * hd;
-#if BLOCKMM_SIMD
-        constexpr int lanes = BLOCKMM_SIMD == 512 ? 16 : 8;
-        const float* vals = vcache + g * max_len * hd;
-        if (hd == 64) {
-            weighted_values<64 / lanes>(p.data(), S, sum, vals, hd, out);
-            continue;
-        }
-        if (hd == 128) {
-            weighted_values<128 / lanes>(p.data(), S, sum, vals, hd, out);
-            continue;
-        }
-#endif
-        for (int64_t d = 0; d < hd; ++d) out[d] = 0.f;
-        for (int64_t j = 0; j < S; ++j) {
-            if (p[j] == 0.f) continue;
-            const float w = p[j] / sum;
-            const float* v = vcache + (g * max_len + j) * hd;
-            for (int64_t d = 0; d < hd; ++d) out[d] += w * v[d];
-        }
+    for (int64_t task = 0; task < nkv * shares; ++task) {
+        const int64_t g = task / shares, c = task % shares;
+        attend_group(qkv, W, T, g, rep, c * nq / shares, (c + 1) * nq / shares, hd, qd, kcache + g * max_len * hd,
+                     vcache + g * max_len * hd, S, L, offset, mask, mw, scale, att);
     }
     matmul(a->wo, att, T, h, threads);
     for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
