@@ -233,6 +233,7 @@ def run(args) -> dict:
         dtype = DTYPES[dname]
         target = load_target(args.model, dtype=dtype, device=args.device, block_weights=args.weights == "blocks")
         print(f"{dname}: target runs on {target.model.kernel_note}", file=sys.stderr)
+        report["machine"] = machine()  # again: its block-kernel width is known once a target has loaded it
         hf = load_hf(target, dtype, "hf-assisted" in methods) if set(methods) & set(HF_METHODS) else None
         runners = {m: Runner(m, target, params, hf, args.seed, tree=args.tree) for m in methods}
         for m, r in runners.items():

@@ -74,6 +74,19 @@ class DraftTree:
             kids[self.parents[i]].append(i)
         return kids
 
+    def likely_path(self, min_prob: float, max_nodes: int) -> list[int]:
+        """The nodes below the root along the draft's likeliest children, while the path's
+        probability (the product of q) stays >= min_prob, at most max_nodes of them."""
+        kids, path, i, prob = self.children_lists(), [], 0, 1.0
+        while len(path) < max_nodes and kids[i]:
+            best = max(kids[i], key=lambda c: self.q[c])
+            prob *= self.q[best]
+            if prob < min_prob:
+                break
+            path.append(best)
+            i = best
+        return path
+
     def inner_nodes(self) -> list[int]:
         """Nodes with at least one child, in node order (their rows give p of every drafted token)."""
         return sorted(set(self.parents[1:]))

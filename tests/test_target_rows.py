@@ -81,3 +81,58 @@ def test_lazy_round_equals_an_eager_one(target, method, options, params):
                 skipped += 1
         assert a == b
     assert skipped > 0  # the lazy rounds did skip rows
+
+
+def test_likely_path_follows_the_draft_while_it_is_likely():
+    from specviz.tree import DraftTree
+
+    #        0
+    #      /   \
+    #   1 (.3)  2 (.6)
+    #            |   \
+    #         3 (.5)  4 (.4)
+    #            |
+    #         5 (.9)
+    tree = DraftTree(tokens=[9, 1, 2, 3, 4, 5], parents=[-1, 0, 0, 2, 2, 3], q=[1, 0.3, 0.6, 0.5, 0.4, 0.9])
+    assert tree.likely_path(0.25, 5) == [2, 3, 5]  # path probabilities .6, .3, .27
+    assert tree.likely_path(0.28, 5) == [2, 3]
+    assert tree.likely_path(0.25, 1) == [2]
+    assert tree.likely_path(0.7, 5) == []
+    assert DraftTree.chain(9, [1, 2]).likely_path(0.5, 4) == [1, 2]
+
+
+@pytest.mark.parametrize("params", PARAMS[:2], ids=["greedy", "top-p"])
+def test_a_fast_round_computes_the_likely_path_with_the_root_and_changes_no_token(target, params, monkeypatch):
+    """Without a detailed trace the root's LM-head call also computes the rows of the draft's
+    likeliest path (PREFETCH_ROWS); the tokens are those of a run that computes rows one by one."""
+    import specviz.engine as engine
+
+    def run(prefetch_rows):
+        monkeypatch.setattr(engine, "PREFETCH_ROWS", prefetch_rows)
+        dec = SpeculativeDecoder(target, registry.make_drafter("eagle3", target, depth=4, top_k=4, total_tokens=12),
+                                 params, seed=3, detail=False)
+        first_calls = []
+        lazy = dec._target_rows
+
+        def spy(out, tree):
+            rows = lazy(out, tree)
+            inner = rows._logits_of
+
+            def logits_of(r):
+                if not rows._p:
+                    first_calls.append((list(r), tree.likely_path(engine.PREFETCH_MIN_PROB, prefetch_rows - 1)))
+                return inner(r)
+
+            rows._logits_of = logits_of
+            return rows
+
+        dec._target_rows = spy
+        res = dec.generate("Repeat twice: red green blue, red green blue.", 24)
+        return res.tokens, first_calls
+
+    plain, plain_calls = run(1)
+    fast, fast_calls = run(3)
+    assert fast == plain
+    assert all(rows == [0] for rows, _ in plain_calls)
+    assert all(rows == [0] + path for rows, path in fast_calls)
+    assert any(len(rows) > 1 for rows, _ in fast_calls)  # the path was taken in some rounds

@@ -18,6 +18,9 @@ class Drafter:
     name = "base"
     taps: tuple = ()  # target taps needed: layer indices (their inputs) and/or "final"
     sampled = False  # True when the drafter *draws* tokens from q (stochastic drafts)
+    # q is the drafter's probability of each token (a head or a draft model), not a placeholder
+    # 1.0 (prompt lookup): the engine then computes the target's rows on the likeliest path at once
+    q_is_probability = False
 
     def reset(self, context: list[int], taps: dict) -> None:
         """Start a sequence. `context` = tokens the target has processed (the prompt minus its

@@ -30,6 +30,7 @@ from .base import Drafter
 
 class EagleDrafter(Drafter):
     sampled = False
+    q_is_probability = True
 
     def __init__(self, head, model, name="eagle2", tree="dynamic", depth=5, top_k=8, total_tokens=32,
                  static_tree=None, min_prob=0.0):

@@ -27,6 +27,7 @@ class MedusaDrafter(Drafter):
     name = "medusa"
     taps = ("final",)
     sampled = False
+    q_is_probability = True
 
     def __init__(self, heads, model, tree=None):
         self.heads, self.model = heads, model

@@ -23,6 +23,7 @@ from .base import Drafter
 
 
 class SpSDrafter(Drafter):
+    q_is_probability = True
     name = "sps"
     taps = ()
 
