@@ -113,6 +113,13 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 # 32: 68.3/72.6 and 76.7/79.4 (single thread, 8: 34.6/44.7, 16: 65.0/73.1). 32 keeps a margin.
 FUSED_MAX_TOKENS = 32
 FUSED_LAYERS = True
+# Long passes (prefill) by the block kernel's vector width: from how many rows the dense fp32
+# weights (torch's GEMM; the same weights, bit for bit) are faster. AVX2 decodes a 4-bit block
+# with ~5 instructions per 8 weights and peaks at ~27 G multiply-adds/s on two Zen 3 cores, while
+# torch's AVX2 GEMM reaches more from a few dozen rows: measured there (2 threads, two runs each,
+# blocks / dense ms): 64 tokens 462/439 and 358/287, 256: 1164/733 and 1191/765, 800: 3805/2217 and
+# 3790/2180. With AVX-512 the blocks win at every size measured (above), so no switch.
+DENSE_FROM_ROWS = {256: 64}
 
 
 def _linear(x, dense, blocks, lib, bias=None):
@@ -167,6 +174,7 @@ class TargetModel:
         self.blocks = None
         self.lm_head_blocks = None
         self.fused_max_tokens = FUSED_MAX_TOKENS
+        self.dense_from_rows = None  # set with GGUF block weights (DENSE_FROM_ROWS)
         self._lib = None
         self.cuda_graphs = cudagraph.wanted(self.device)  # capture short passes as CUDA graphs
         self._cache_pool = cudagraph.CachePool(self, KVCache.over) if self.cuda_graphs else None
@@ -181,6 +189,7 @@ class TargetModel:
         self._lib = qkernel.library() if why is None else None
         if why is None:
             self._arm_fused_layers()
+            self.dense_from_rows = DENSE_FROM_ROWS.get(self._lib.blockmm_simd())
         self.kernel_note = "GGUF block weights (fp32 compute)" if why is None else f"dense weights ({why})"
         return why is None
 
@@ -291,6 +300,8 @@ class TargetModel:
         out_taps = {}
         lib = self._lib if blocks and self.blocks is not None and _uses_kernel(tokens.device) else None
         short = B == 1 and T <= self.fused_max_tokens and cache.key_mask is None and cache.k.is_contiguous()
+        if lib is not None and not short and self.dense_from_rows is not None and B * T >= self.dense_from_rows:
+            lib = None  # a long pass: the dense copy of the same weights is faster on this CPU
         if lib is not None and FUSED_LAYERS and short:
             x = self._layers_fused(tokens, cache, cos, sin, tree_mask, taps, out_taps)
         else:

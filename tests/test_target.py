@@ -153,3 +153,33 @@ def _state_of(m: TargetModel) -> dict:
         })  # fmt: skip
     assert cfg.tie_embeddings
     return sd
+
+
+@pytest.mark.parametrize("dense_from", [None, 40])
+def test_long_passes_switch_to_the_dense_weights_where_they_are_faster(target, hf_model, monkeypatch, dense_from):
+    """On an AVX2 CPU a prefill of >= DENSE_FROM_ROWS rows runs on the dense copy of the weights
+    (faster there); shorter passes, and every pass where no switch is set, stay on the blocks.
+    The logits agree with Hugging Face either way."""
+    from specviz import blockweights
+
+    model = target.model
+    if model.blocks is None:
+        pytest.skip("no block kernel on this machine")
+    monkeypatch.setattr(model, "dense_from_rows", dense_from)
+    calls = []
+    real = blockweights.BlockWeight.matmul
+
+    def spy(self, x, lib=None):
+        if self.n != model.cfg.vocab_size:  # the LM head stays on its blocks
+            calls.append(x.reshape(-1, x.shape[-1]).shape[0])
+        return real(self, x, lib)
+
+    monkeypatch.setattr(blockweights.BlockWeight, "matmul", spy)
+    ids = target.tokenizer.chat_ids("Explain why the sky is blue, in two sentences, for a child of ten.")
+    assert 40 < len(ids) <= 80
+    for n, want_blocks in ((len(ids), dense_from is None), (36, True)):  # 36: past the fused layers, under 40
+        calls.clear()
+        out = model(torch.tensor([ids[:n]]), model.new_cache(128))
+        layer_calls = [c for c in calls if c == n]
+        assert bool(layer_calls) == want_blocks, (n, calls)
+        assert (out.logits[0] - hf_logits(hf_model, ids[:n])).abs().max().item() < TOL
