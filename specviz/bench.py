@@ -225,7 +225,7 @@ def run(args) -> dict:
     prompts = load_prompts(args.prompts, args.limit)
     report = {
         "settings": {k: v for k, v in vars(args).items()},
-        "machine": machine(),
+        "machine": None,  # filled once a target has loaded (the block kernel's width is known then)
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "by_dtype": {},
     }
@@ -233,7 +233,7 @@ def run(args) -> dict:
         dtype = DTYPES[dname]
         target = load_target(args.model, dtype=dtype, device=args.device, block_weights=args.weights == "blocks")
         print(f"{dname}: target runs on {target.model.kernel_note}", file=sys.stderr)
-        report["machine"] = machine()  # again: its block-kernel width is known once a target has loaded it
+        report["machine"] = machine()
         hf = load_hf(target, dtype, "hf-assisted" in methods) if set(methods) & set(HF_METHODS) else None
         runners = {m: Runner(m, target, params, hf, args.seed, tree=args.tree) for m in methods}
         for m, r in runners.items():
