@@ -427,6 +427,43 @@ inline void weighted_values(const float* p, int64_t j0, int64_t j1, float sum, c
     }
     for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out + 16 * c, acc[c]);
 }
+// weighted_values for Q queries side by side over the same keys: each query's lanes add the same
+// products in the same order as its own call (a key it cannot see, p == 0, leaves its sums as they
+// are through a masked add), but Q x NC independent sums hide the adds' latency that a single
+// query's NC chains wait on (the loop was bound by it, not by loads).
+template <int NC, int Q>
+inline void weighted_values_q(const float* const* p, int64_t j0, int64_t j1, const float* sum, const float* vals,
+                              int64_t hd, float* const* out) {
+    __m512 acc[Q][NC];
+    for (int q = 0; q < Q; ++q)
+        for (int c = 0; c < NC; ++c) acc[q][c] = _mm512_loadu_ps(out[q] + 16 * c);
+    alignas(64) float w[Q][16];
+    for (int64_t b0 = j0; b0 < j1; b0 += 16) {
+        const int64_t n = j1 - b0 < 16 ? j1 - b0 : 16;
+        const __mmask16 live = static_cast<__mmask16>((1u << n) - 1);
+        for (int q = 0; q < Q; ++q)
+            _mm512_store_ps(w[q], _mm512_div_ps(_mm512_maskz_loadu_ps(live, p[q] + b0), _mm512_set1_ps(sum[q])));
+        for (int64_t j = b0; j < b0 + n; ++j) {
+            __mmask16 seen[Q];
+            bool any = false;
+            for (int q = 0; q < Q; ++q) {
+                seen[q] = p[q][j] == 0.f ? 0 : 0xFFFF;
+                any |= seen[q] != 0;
+            }
+            if (!any) continue;
+            __m512 wj[Q];
+            for (int q = 0; q < Q; ++q) wj[q] = _mm512_set1_ps(w[q][j - b0]);
+            const float* v = vals + j * hd;
+            for (int c = 0; c < NC; ++c) {
+                const __m512 vc = _mm512_loadu_ps(v + 16 * c);
+                for (int q = 0; q < Q; ++q)
+                    acc[q][c] = _mm512_mask_add_ps(acc[q][c], seen[q], acc[q][c], _mm512_mul_ps(wj[q], vc));
+            }
+        }
+    }
+    for (int q = 0; q < Q; ++q)
+        for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out[q] + 16 * c, acc[q][c]);
+}
 #elif BLOCKMM_SIMD == 256
 // the same with 8 lanes a register: NC = hd / 8 (each lane's sum is the plain loop's, so the same bits)
 template <int NC>
@@ -578,6 +615,43 @@ void rotate(float* v, const float* cos, const float* sin, int64_t half) {
     }
 }
 
+// The largest of S scores: the value a serial `p[j] > mx` scan finds (scores are never NaN), 16 lanes
+// at a time (the scan was a chain of S dependent maxima).
+inline float max_of(const float* p, int64_t S) {
+    float mx = -INFINITY;
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    for (; j + 16 <= S; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(p + j));
+    mx = _mm512_reduce_max_ps(m);
+#endif
+    for (; j < S; ++j) mx = p[j] > mx ? p[j] : mx;
+    return mx;
+}
+
+// sums[i] = p_i[0] + p_i[1] + ... in key order (the softmax denominators, each a serial chain so that
+// every query gets the bits it gets alone), four rows side by side so their chains overlap.
+inline void serial_sums(const float* rows, int64_t n, int64_t S, float* sums) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float *p0 = rows + i * S, *p1 = p0 + S, *p2 = p1 + S, *p3 = p2 + S;
+        float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+        for (int64_t j = 0; j < S; ++j) {
+            s0 += p0[j];
+            s1 += p1[j];
+            s2 += p2[j];
+            s3 += p3[j];
+        }
+        sums[i] = s0, sums[i + 1] = s1, sums[i + 2] = s2, sums[i + 3] = s3;
+    }
+    for (; i < n; ++i) {
+        const float* p = rows + i * S;
+        float s = 0.f;
+        for (int64_t j = 0; j < S; ++j) s += p[j];
+        sums[i] = s;
+    }
+}
+
 // Attention of queries [i0, i1) of kv group g, query i = token i % T of head g * rep + i / T:
 // softmax(q k^T * scale) v over the S cached keys of the group, hidden keys masked as in layer_impl.
 // Every query's numbers are those of computing it alone (same operations, same order); only the
@@ -608,19 +682,32 @@ void attend_group(const float* qkv, int64_t W, int64_t T, int64_t g, int64_t rep
         // -inf for the pass's keys this token may not see
         for (int64_t j = L; j < S; ++j)
             if (!(mask ? mask[t * mw + (j - L)] != 0 : j - L <= offset + t)) p[j] = -INFINITY;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < S; ++j) mx = p[j] > mx ? p[j] : mx;
-        softmax_numerators(p, S, mx);
-        float sum = 0.f;
-        for (int64_t j = 0; j < S; ++j) sum += p[j];
-        sums[i] = sum;
+        softmax_numerators(p, S, max_of(p, S));
         for (int64_t d = 0; d < hd; ++d) outs[i][d] = 0.f;
     }
+    serial_sums(scores.data(), n, S, sums.data());
     // the weighted values, 32 keys at a time (8 KB of values at hd 64, kept in L1 for all queries)
     constexpr int64_t KEYS_PER_STEP = 32;
     for (int64_t b0 = 0; b0 < S; b0 += KEYS_PER_STEP) {
         const int64_t b1 = b0 + KEYS_PER_STEP < S ? b0 + KEYS_PER_STEP : S;
-        for (int64_t i = 0; i < n; ++i) {
+        int64_t i = 0;
+#if BLOCKMM_SIMD == 512
+        // queries three (hd 64) or two at a time, the last one alone
+        const float* ps[3];
+        const int64_t width = hd == 64 ? 3 : hd == 128 ? 2 : 1;
+        while (width > 1 && n - i >= 2) {
+            const int64_t q = n - i < width ? n - i : width;
+            for (int64_t r = 0; r < q; ++r) ps[r] = scores.data() + (i + r) * S;
+            if (hd == 128)
+                weighted_values_q<8, 2>(ps, b0, b1, sums.data() + i, vals, hd, outs.data() + i);
+            else if (q == 3)
+                weighted_values_q<4, 3>(ps, b0, b1, sums.data() + i, vals, hd, outs.data() + i);
+            else
+                weighted_values_q<4, 2>(ps, b0, b1, sums.data() + i, vals, hd, outs.data() + i);
+            i += q;
+        }
+#endif
+        for (; i < n; ++i) {
             const float* p = scores.data() + i * S;
 #if BLOCKMM_SIMD
             constexpr int lanes = BLOCKMM_SIMD == 512 ? 16 : 8;
