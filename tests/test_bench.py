@@ -50,6 +50,16 @@ def test_bench_cli_writes_the_contracted_json(specbench_file, tmp_path, monkeypa
     br = res["eagle3"]["per_round_ms"]
     assert br["draft"] > 0 and br["verify"] > 0 and br["nodes"] >= 1
     assert br["prefill"] > 0 and br["other"] >= 0  # the prompt's prefill is not counted as per-round overhead
+    # decode-only rates: the rounds' time without the prefill, which is the same pass for every method
+    for m in ("vanilla", "pld", "eagle3", "eagle1"):
+        s = res[m]
+        assert 0 < s["prefill_seconds"] < s["seconds"], m
+        assert s["decode_tokens_per_s"] == pytest.approx(s["new_tokens"] / (s["seconds"] - s["prefill_seconds"]))
+        assert s["decode_tokens_per_s"] > s["tokens_per_s"]
+        assert s["decode_speedup_vs_vanilla"] == pytest.approx(s["decode_tokens_per_s"] / res["vanilla"]["decode_tokens_per_s"])
+    assert res["hf"]["decode_tokens_per_s"] is None and "decode_speedup_vs_vanilla" not in res["hf"]  # generate() is timed whole
+    v = res["vanilla"]
+    assert v["speedup_ceiling"] == pytest.approx(v["seconds"] / v["prefill_seconds"]) and v["speedup_ceiling"] > 1
 
 
 def test_bench_rejects_bad_input(capsys):
