@@ -36,14 +36,31 @@ def machine() -> dict:
 
 def numerics() -> str:
     """What this machine's fp32 results depend on beyond the code: torch's vector kernels (its CPU
-    capability: AVX512, AVX2, ...) and the block kernel's vector width. Two machines with the same
-    string compute the same bits; others agree to ~1e-5 (e.g. torch's cos/sin and softmax sums)."""
+    capability: AVX512, AVX2, ...), the CPU's vendor (torch's dense matmuls run MKL, which picks its
+    kernels by vendor: `mkl_blas_def_sgemm_kernel_0_zen` on an AMD EPYC; EAGLE-3 lessons recorded on
+    an Intel Xeon with the same capability replayed there with q off by ~3e-7) and the block kernel's
+    vector width. Two machines with the same string compute the same bits; others agree to ~1e-5."""
     from . import qkernel
 
     cap = torch.backends.cpu.get_cpu_capability()
     lib = qkernel.loaded()
     width = getattr(lib, "blockmm_simd", None) if lib is not None else None
-    return f"torch {cap}, block kernel {width() if width else 'none'}"
+    vendor = cpu_vendor()
+    return f"torch {cap}{f' ({vendor})' if vendor else ''}, block kernel {width() if width else 'none'}"
+
+
+def cpu_vendor(cpuinfo: str | None = None) -> str:
+    """'AMD', 'Intel', another vendor id, or '' where /proc/cpuinfo does not say (not Linux)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return ""
+    for line in cpuinfo.splitlines():
+        if line.startswith("vendor_id"):
+            vid = line.split(":", 1)[1].strip()
+            return {"AuthenticAMD": "AMD", "GenuineIntel": "Intel"}.get(vid, vid)
+    return ""
 
 
 def device_key(model) -> str:

@@ -56,6 +56,18 @@ def test_replays_live_to_the_identical_trace(target, key):
     assert LS.differences(rec.trace, live, tol=0.0 if same else 1e-4) == []
 
 
+def test_numerics_name_the_cpu_vendor():
+    """Two CPUs with the same vector width still differ in torch's MKL kernels (chosen by vendor):
+    the string that decides an exact replay must tell an AMD EPYC from an Intel Xeon."""
+    assert machine.cpu_vendor("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t: avx2") == "AMD"
+    assert machine.cpu_vendor("vendor_id : GenuineIntel") == "Intel"
+    assert machine.cpu_vendor("vendor_id : HygonGenuine") == "HygonGenuine"
+    assert machine.cpu_vendor("model name : a CPU") == ""
+    vendor = machine.cpu_vendor()
+    if vendor:
+        assert f"({vendor})" in machine.numerics()
+
+
 def test_differences_sees_a_change_and_ignores_timings():
     rec = ROUNDS["eagle3-greedy"]
     other = RoundTrace.from_dict(json.loads(rec.trace.to_json()))
