@@ -405,32 +405,12 @@ inline void swiglu(const float* gate, const float* up, float* act, int64_t n) {
 }
 
 #if BLOCKMM_SIMD == 512
-// out[:hd] += sum over visible keys j in [j0, j1) (in order) of (p[j] / sum) * v_j, 16 * NC = hd lanes
-// in registers for the range. Called over consecutive ranges with out zeroed first, each lane adds
-// the same products in the same order as one call over [0, S) (the plain loop's sums, so the same
-// bits); a range of keys read once serves every query of the group (see attend_group).
-template <int NC>
-inline void weighted_values(const float* p, int64_t j0, int64_t j1, float sum, const float* vals, int64_t hd, float* out) {
-    __m512 acc[NC];
-    for (int c = 0; c < NC; ++c) acc[c] = _mm512_loadu_ps(out + 16 * c);
-    alignas(64) float w[16];
-    for (int64_t b0 = j0; b0 < j1; b0 += 16) {
-        const int64_t n = j1 - b0 < 16 ? j1 - b0 : 16;
-        const __mmask16 live = static_cast<__mmask16>((1u << n) - 1);  // the divisions, 16 at a time
-        _mm512_store_ps(w, _mm512_div_ps(_mm512_maskz_loadu_ps(live, p + b0), _mm512_set1_ps(sum)));
-        for (int64_t j = b0; j < b0 + n; ++j) {
-            if (p[j] == 0.f) continue;
-            const __m512 wj = _mm512_set1_ps(w[j - b0]);
-            const float* v = vals + j * hd;
-            for (int c = 0; c < NC; ++c) acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(wj, _mm512_loadu_ps(v + 16 * c)));
-        }
-    }
-    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out + 16 * c, acc[c]);
-}
-// weighted_values for Q queries side by side over the same keys: each query's lanes add the same
-// products in the same order as its own call (a key it cannot see, p == 0, leaves its sums as they
-// are through a masked add), but Q x NC independent sums hide the adds' latency that a single
-// query's NC chains wait on (the loop was bound by it, not by loads).
+// out_q[:hd] += sum over visible keys j in [j0, j1) (in order) of (p_q[j] / sum_q) * v_j for Q queries
+// side by side, 16 * NC = hd lanes each in registers for the range. Called over consecutive ranges
+// with out zeroed first, each lane adds the same products in the same order as one call over [0, S)
+// (the plain loop's sums, so the same bits); a key a query cannot see (p == 0) leaves its sums as
+// they are through a masked add. A range of keys read once serves every query of the group (see
+// attend_group), and Q x NC independent sums hide the adds' latency that one query's NC chains wait on.
 template <int NC, int Q>
 inline void weighted_values_q(const float* const* p, int64_t j0, int64_t j1, const float* sum, const float* vals,
                               int64_t hd, float* const* out) {
@@ -463,6 +443,11 @@ inline void weighted_values_q(const float* const* p, int64_t j0, int64_t j1, con
     }
     for (int q = 0; q < Q; ++q)
         for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out[q] + 16 * c, acc[q][c]);
+}
+
+template <int NC>
+inline void weighted_values(const float* p, int64_t j0, int64_t j1, float sum, const float* vals, int64_t hd, float* out) {
+    weighted_values_q<NC, 1>(&p, j0, j1, &sum, vals, hd, &out);
 }
 #elif BLOCKMM_SIMD == 256
 // the same with 8 lanes a register: NC = hd / 8 (each lane's sum is the plain loop's, so the same bits)
@@ -624,6 +609,12 @@ inline float max_of(const float* p, int64_t S) {
     __m512 m = _mm512_set1_ps(-INFINITY);
     for (; j + 16 <= S; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(p + j));
     mx = _mm512_reduce_max_ps(m);
+#elif BLOCKMM_SIMD == 256
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    for (; j + 8 <= S; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(p + j));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, m);
+    for (float v : lanes) mx = v > mx ? v : mx;
 #endif
     for (; j < S; ++j) mx = p[j] > mx ? p[j] : mx;
     return mx;
