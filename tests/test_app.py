@@ -3,14 +3,15 @@ real default model (loaded once per process by st.cache_resource)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
+import json
 import time
+from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "app.py")
 TIMEOUT = 300
 
 
@@ -278,6 +279,15 @@ def test_compare_acceptance_view_needs_no_run():
     assert any("Table 1" in m.value for m in at.markdown)  # the papers' numbers next to ours
     assert not any("to be trained" in m.value or "as soon as their heads are trained" in m.value for m in at.markdown)
     assert any("GPU" in i.value and "none is made up" in i.value for i in at.info)
+    # the benchmark columns come from the newest shipped greedy run (the one made with the current heads)
+    runs = {f.name: json.loads(f.read_text()) for f in (ROOT / "assets" / "results").glob("specbench_fp32_t0*.json")}
+    newest = max(runs, key=lambda n: runs[n]["date"])
+    assert any(f"assets/results/{newest} " in c.value for c in at.caption), newest
+    e3 = runs[newest]["by_dtype"]["fp32"]["methods"]["eagle3"]
+    table = next(d.value for d in at.dataframe if "tau in the benchmark" in d.value.columns)
+    row = table[table["method"] == "EAGLE-3"].iloc[0]
+    assert row["tau in the benchmark"] == round(e3["tau"], 2)
+    assert row["speedup vs vanilla on this CPU"] == round(e3["speedup_vs_vanilla"], 2)
 
 
 def test_free_batch_lesson_without_prior_run():

@@ -36,6 +36,20 @@ from specviz.viz.compare import (
 page_setup()
 L = lang()
 RESULTS = Path(__file__).resolve().parent.parent / "assets" / "results"
+
+
+def newest_greedy_bench() -> tuple[str, dict | None]:
+    """(file name, run) of the newest shipped greedy fp32 Spec-Bench run: the one made with the current heads."""
+    best = ("", None)
+    for f in sorted(RESULTS.glob("specbench_fp32_t0*.json")):
+        try:
+            run = json.loads(f.read_text())
+            run["by_dtype"]["fp32"]["methods"].items()
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if best[1] is None or str(run.get("date", "")) > str(best[1].get("date", "")):
+            best = (f.name, run)
+    return best
 HEADS = ["eagle1", "eagle2", "eagle3", "medusa"]
 EQUAL_N, EQUAL_DEPTH, EQUAL_TOPK = 26, 5, 8  # EAGLE-1's paper tree: 25 draft nodes + root, depth 5
 st.title(tr("cmp.title"))
@@ -277,11 +291,8 @@ with tab_diff:
     st.markdown(tr("cmpx.paper_table"))
     st.markdown(f"**{tr('cmpx.ours_title')}**")
     ours = []
-    bench = {}
-    try:
-        bench = json.loads((RESULTS / "specbench_fp32_t0.json").read_text())["by_dtype"]["fp32"]["methods"]
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    bench_file, bench_run = newest_greedy_bench()
+    bench = bench_run["by_dtype"]["fp32"]["methods"] if bench_run else {}
     rec = (recording or {}).get("methods", {})
     for m in ["eagle1", "eagle2", "eagle3", "medusa"]:
         b = bench.get(m) or {}
@@ -295,7 +306,10 @@ with tab_diff:
             tr("cmpx.col_speedup_bench"): round(b["speedup_vs_vanilla"], 2) if isinstance(b.get("speedup_vs_vanilla"), (int, float)) else None,
         })
     st.dataframe(pd.DataFrame(ours), hide_index=True)
-    st.caption(tr("cmpx.ours_note"))
+    settings = (bench_run or {}).get("settings") or {}
+    st.caption(tr("cmpx.ours_note", file=bench_file or "-", n=settings.get("limit") or "-",
+                  tokens=settings.get("max_new_tokens") or "-",
+                  cpu=((bench_run or {}).get("machine") or {}).get("cpu") or "-", date=str((bench_run or {}).get("date", "-"))[:10]))
     st.markdown(f"**{tr('cmpx.gap_title')}**")
     st.markdown(tr("cmpx.gap"))
 
