@@ -50,6 +50,8 @@ def newest_greedy_bench() -> tuple[str, dict | None]:
         if best[1] is None or str(run.get("date", "")) > str(best[1].get("date", "")):
             best = (f.name, run)
     return best
+
+
 HEADS = ["eagle1", "eagle2", "eagle3", "medusa"]
 EQUAL_N, EQUAL_DEPTH, EQUAL_TOPK = 26, 5, 8  # EAGLE-1's paper tree: 25 draft nodes + root, depth 5
 st.title(tr("cmp.title"))
