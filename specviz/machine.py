@@ -15,17 +15,22 @@ import torch
 
 
 
+def cpuinfo_field(key: str, cpuinfo: str | None = None) -> str:
+    """The first `key : value` of /proc/cpuinfo (or of the text given), '' where it says nothing (not Linux)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return ""
+    for line in cpuinfo.splitlines():
+        if line.startswith(key):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
 def machine() -> dict:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return {
-        "cpu": cpu,
+        "cpu": cpuinfo_field("model name") or platform.processor(),
         "threads": torch.get_num_threads(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "torch": torch.__version__,
@@ -51,16 +56,8 @@ def numerics() -> str:
 
 def cpu_vendor(cpuinfo: str | None = None) -> str:
     """'AMD', 'Intel', another vendor id, or '' where /proc/cpuinfo does not say (not Linux)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return ""
-    for line in cpuinfo.splitlines():
-        if line.startswith("vendor_id"):
-            vid = line.split(":", 1)[1].strip()
-            return {"AuthenticAMD": "AMD", "GenuineIntel": "Intel"}.get(vid, vid)
-    return ""
+    vid = cpuinfo_field("vendor_id", cpuinfo)
+    return {"AuthenticAMD": "AMD", "GenuineIntel": "Intel"}.get(vid, vid)
 
 
 def device_key(model) -> str:

@@ -44,8 +44,9 @@ def newest_greedy_bench() -> tuple[str, dict | None]:
     for f in sorted(RESULTS.glob("specbench_fp32_t0*.json")):
         try:
             run = json.loads(f.read_text())
-            run["by_dtype"]["fp32"]["methods"].items()
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            if not isinstance(run["by_dtype"]["fp32"]["methods"], dict):
+                continue
+        except (OSError, ValueError, KeyError, TypeError):
             continue
         if best[1] is None or str(run.get("date", "")) > str(best[1].get("date", "")):
             best = (f.name, run)
