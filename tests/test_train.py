@@ -12,6 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _tiny import tiny_target  # noqa: E402
 
+from specviz import SpecVizError  # noqa: E402
 from specviz.heads import load_head  # noqa: E402
 from specviz.train.data import GenConfig, SeqData, generate_batch, iter_sharegpt, save_shard  # noqa: E402
 from specviz.train.trainers import TrainConfig, train  # noqa: E402
@@ -185,6 +186,40 @@ def test_every_turn_is_a_chat_template_context_without_heldout_or_benchmark_prom
                                        {"role": "user", "content": raw[1][1][0]},
                                        {"role": "assistant", "content": raw[1][1][1]}], add_generation_prompt=False))
     assert full[: len(ctx) + len(ans)] == ctx + ans
+
+
+def test_a_first_turn_range_takes_the_long_first_turns_and_keeps_the_heldout_rule(target):
+    from specviz.train.cli import first_turn_range
+    from specviz.train.sources import load_conversations, split_items
+
+    tok = target.tokenizer
+    long_doc = "Summarise this text for me in two sentences please." + " The river ran past the old mill." * 12
+    raw = [
+        [("Name three primary colours please.", "Red, blue and yellow.")],  # held out
+        [("What is the capital of France today?", "Paris.")],  # short
+        [(long_doc, "A river and a mill.")],  # long
+        [("Write a haiku about the sea please.", "Waves.")],  # short
+    ]
+    convs = load_conversations(_records(raw), seed=0)
+    convs = [next(c for c in convs if c[0][0] == r[0][0]) for r in raw]
+    n_long = len(tok.chat_ids(long_doc))
+    assert 40 < n_long < 160
+    held0, default = split_items(convs, tok, 1, 100, 160, turns="first")
+    held, longs = split_items(convs, tok, 1, 100, 160, turns="first", first_turn_tokens=(40, 0))
+    assert held == held0 == [tok.chat_ids(raw[0][0][0])]  # the held-out rule ignores the range
+    assert [c for c, _ in default] == [tok.chat_ids(raw[i][0][0]) for i in (1, 2, 3)]
+    assert [c for c, _ in longs] == [tok.chat_ids(long_doc)]  # only the one of >= 40 tokens
+    # above max_prompt_tokens: a long turn the default rule (<= 40 here) leaves out
+    _, none = split_items(convs, tok, 1, 100, 40, turns="first")
+    _, wide = split_items(convs, tok, 1, 100, 40, turns="first", first_turn_tokens=(41, n_long))
+    assert all(len(c) <= 40 for c, _ in none) and len(none) == 2
+    assert [c for c, _ in wide] == [tok.chat_ids(long_doc)]
+    _, cut = split_items(convs, tok, 1, 100, 40, turns="first", first_turn_tokens=(41, n_long - 1))
+    assert cut == []
+    assert first_turn_range("161:1024") == dict(min_first_turn_tokens=161, max_first_turn_tokens=1024)
+    for bad in ("161", "a:b", "0:10", "50:10"):
+        with pytest.raises(SpecVizError):
+            first_turn_range(bad)
 
 
 def _regen_and_scored(model, n=3):

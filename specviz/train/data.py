@@ -70,6 +70,8 @@ class GenConfig:
     topk: int = 32
     seed: int = 0
     max_context_tokens: int = 0  # multi-turn train contexts (0 = max_prompt_tokens)
+    min_first_turn_tokens: int = 8  # train first turns of min..max chat tokens (max 0 = max_prompt_tokens)
+    max_first_turn_tokens: int = 0
 
 
 def _row_temps(n: int, cfg: GenConfig, offset: int) -> list[float]:
@@ -241,12 +243,16 @@ def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "b
     if meta_path.exists():
         old = json.loads(meta_path.read_text())
         old.setdefault("turns", "first")  # data built before --turns existed
-        for k in ("model", "hidden", "vocab", "seed", "max_new_tokens", "batch", "n_heldout", "turns"):
+        old.setdefault("min_first_turn_tokens", 8)  # ... and before the first-turn range
+        old.setdefault("max_first_turn_tokens", 0)
+        for k in ("model", "hidden", "vocab", "seed", "max_new_tokens", "batch", "n_heldout", "turns",
+                  "min_first_turn_tokens", "max_first_turn_tokens"):
             if old.get(k) != meta.get(k):
                 raise SpecVizError(f"{out_dir} holds data built with {k}={old.get(k)!r}; use another --out.")
     meta_path.write_text(json.dumps(meta, indent=2))
     held, items = split_items(convs, tok, n_heldout, n_train, cfg.max_prompt_tokens, turns=turns,
                               max_context_tokens=cfg.max_context_tokens, scored=source != "regen",
+                              first_turn_tokens=(cfg.min_first_turn_tokens, cfg.max_first_turn_tokens),
                               eos_ids=set(target.eos_ids), max_new=cfg.max_new_tokens,
                               exclude=benchmark_texts(exclude_files))
     log(f"{len(convs)} conversations available; using {len(held)} held-out + {len(items)} train ({source}, {turns} turns)")

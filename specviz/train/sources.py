@@ -115,13 +115,17 @@ def _msgs(pairs, first: int, k: int) -> list[dict]:
 
 def split_items(convs, tok, n_heldout: int, n_train: int, max_prompt_tokens: int, *, turns: str = "first",
                 max_context_tokens: int = 0, scored: bool = False, eos_ids=(), max_new: int = 192,
-                exclude=frozenset(), min_chars: int = 16, max_chars: int = 1200):
+                exclude=frozenset(), min_chars: int = 16, max_chars: int = 1200, first_turn_tokens=(8, 0)):
     """(held-out prompt ids, train items). Held-out: the first `n_heldout` first turns whose chat ids
     have 8..max_prompt_tokens tokens (unchanged rule). Train items: (context ids, original answer ids
     or None) for the first (or every) human turn of the later conversations, skipping any
-    conversation that shares a human turn with the held-out set or `exclude` (normalised texts)."""
+    conversation that shares a human turn with the held-out set or `exclude` (normalised texts).
+    `first_turn_tokens` (lo, hi): train first turns have lo..hi chat ids (hi 0 = max_prompt_tokens);
+    a range above the default takes the long first turns (documents to summarise or rewrite,
+    code to review) that the default leaves out, without touching the held-out rule."""
     held, held_texts, items = [], set(), []
     budget = max_context_tokens or max_prompt_tokens
+    first_lo, first_hi = first_turn_tokens[0], first_turn_tokens[1] or max_prompt_tokens
     for pairs in convs:
         if len(held) < n_heldout:
             ids = tok.chat_ids(pairs[0][0])
@@ -141,8 +145,8 @@ def split_items(convs, tok, n_heldout: int, n_train: int, max_prompt_tokens: int
                 continue
             if any(MARKER in t for t in (h, g or "")) or (scored and not g):
                 continue
-            fit = context_ids(tok, pairs, k, max_prompt_tokens if k == 0 else budget)
-            if fit is None or len(fit[1]) < 8:
+            fit = context_ids(tok, pairs, k, first_hi if k == 0 else budget)
+            if fit is None or len(fit[1]) < (first_lo if k == 0 else 8):
                 continue
             first, ctx = fit
             ans = answer_ids(tok, pairs, k, first, ctx, eos_ids, max_new) if scored else None
