@@ -60,6 +60,46 @@ def test_greedy_identical_to_vanilla_and_cache_consistent(kind, tree, min_prob):
     assert t1.tokens == t2.tokens
 
 
+@pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
+def test_a_window_reads_the_last_prompt_tokens_only_and_stays_lossless(kind):
+    target = tiny_target_bundle(seed=1)
+    head = _head(target, kind)
+    prompt = [5, 9, 17, 33, 2, 8, 60, 61, 7, 12, 40, 41, 3, 19, 22, 50]
+    ref = vanilla_generate(target, prompt, max_new_tokens=20, chat=False)
+    runs = {}
+    for window in (None, 6):
+        drafter = EagleDrafter(head, target.model, name=kind, tree="dynamic", depth=3, top_k=3, total_tokens=8,
+                               window=window)
+        dec = SpeculativeDecoder(target, drafter, SamplingParams(), seed=0)
+        dec.start(prompt, max_new_tokens=20, chat=False)
+        dec.step()
+        snap = dec.snapshot()
+        first = [dec.step().committed for _ in range(2)]
+        dec.restore(snap)
+        assert [dec.step().committed for _ in range(2)] == first  # snapshots hold with a window
+        while not dec.done:
+            dec.step()
+        assert dec.generated == ref.tokens
+        runs[window] = (drafter, dec)
+    full, win = runs[None][0], runs[6][0]
+    assert full.base == 0 and win.base == len(prompt) - 1 - 6
+    # one decoder layer: an entry's keys and values depend on its token, feature and position,
+    # not on what it attends to, so the window's cache is the full cache from `base` on
+    n = win.cache.length
+    assert n == full.cache.length - win.base
+    assert torch.allclose(win.cache.k[:, :, :n], full.cache.k[:, :, win.base : win.base + n], atol=1e-5)
+    assert torch.allclose(win.cache.v[:, :, :n], full.cache.v[:, :, win.base : win.base + n], atol=1e-5)
+    # the window a head's config asks for (our shipped heads), else none; a bad one is refused
+    from specviz.drafters.eagle import draft_window
+
+    assert draft_window(head) is None
+    head.config["specviz"] = {"draft_window": 512}
+    assert draft_window(head) == 512
+    del head.config["specviz"]
+    with pytest.raises(ValueError):
+        EagleDrafter(head, target.model, window=0)
+
+
 def test_sampling_runs_and_snapshot_replays():
     target = tiny_target_bundle(seed=2)
     head = _head(target, "eagle3")

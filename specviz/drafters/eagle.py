@@ -33,7 +33,7 @@ class EagleDrafter(Drafter):
     q_is_probability = True
 
     def __init__(self, head, model, name="eagle2", tree="dynamic", depth=5, top_k=8, total_tokens=32,
-                 static_tree=None, min_prob=0.0):
+                 static_tree=None, min_prob=0.0, window=None):
         self.head = head
         self.model = model
         self.name = name
@@ -52,6 +52,15 @@ class EagleDrafter(Drafter):
         if self.is3:
             self.vocab_ids = head.target_ids()
         self.cache = None
+        # The head reads only the last `window` prompt tokens (None: all of them). Its prompt pass
+        # is a real cost of every EAGLE run (~5M multiply-adds a token through the torch path: a
+        # 1,000-token Spec-Bench prompt cost ~1 ms a round of a 128-token answer), and our heads
+        # were trained on contexts of <= 384 tokens (+160 answer): a shipped head's config says how
+        # far it reads (`specviz.draft_window`). What is drafted may change; what is accepted never.
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise ValueError(f"window must be a whole number >= 1 or None, got {window!r}")
+        self.window = window
+        self.base = 0  # the first context token the head's cache holds
         self.tuning = None  # the device-tuned choice (specviz.tuning), when one was made
 
     # ------------------------------------------------------------------ state
@@ -65,12 +74,15 @@ class EagleDrafter(Drafter):
 
     def reset(self, context, taps):
         m = self.head.m
-        self.cache = HeadCache(1, m.n_kv_heads, max(256, len(context) + 256), m.head_dim, self.dtype, self.device)
+        # with a window, the head reads only the last `window` context tokens (see `window`)
+        self.base = max(0, len(context) - self.window) if self.window else 0
+        self.cache = HeadCache(1, m.n_kv_heads, max(256, len(context) - self.base + 256), m.head_dim, self.dtype,
+                               self.device)
         self.tokens = list(context)  # tokens whose features are known (processed by the target)
-        first = self._features(taps) if context else None
+        first = self._features({k: v[self.base :] for k, v in taps.items()}) if context else None
         n = 0 if first is None else first.shape[0]
-        # feats[j] pairs with tokens[j + 1] (or the root); entries < cache.length are committed.
-        # They live in a buffer that grows by doubling, so a round appends without copying the past.
+        # feats[j - base] pairs with tokens[j + 1] (or the root); entries < base + cache.length are
+        # committed. They live in a buffer that grows by doubling, so a round appends without copying.
         self._feat_buf = torch.empty(max(256, 2 * n), m.hidden_size, dtype=self.dtype, device=self.device)
         if n:
             self._feat_buf[:n] = first
@@ -78,7 +90,7 @@ class EagleDrafter(Drafter):
 
     @property
     def feats(self) -> torch.Tensor:
-        """[n, H] the features of the processed tokens (a view of the buffer)."""
+        """[n - base, H] the features of the processed tokens from `base` on (a view of the buffer)."""
         return self._feat_buf[: self._n_feats]
 
     def commit(self, processed, taps):
@@ -98,7 +110,7 @@ class EagleDrafter(Drafter):
     def restore(self, snap):
         self.cache.truncate(snap["length"])
         del self.tokens[snap["n"] :]
-        self._n_feats = snap["n"]
+        self._n_feats = snap["n"] - self.base
 
     # ------------------------------------------------------------------ drafting
     def _dist(self, out, params: SamplingParams) -> torch.Tensor:
@@ -119,12 +131,12 @@ class EagleDrafter(Drafter):
         n = len(self.tokens)
         if n == 0:  # a one-token prompt: nothing to condition on
             return DraftTree(tokens=[int(root)], parents=[-1], q=[1.0])
-        L = self.cache.length
+        L = self.base + self.cache.length
         # 1. commit the entries built from real features: (feats[j], token j+1) for j in [L, n)
         nxt = self.tokens[L + 1 :] + [int(root)]
         toks = torch.tensor([nxt], device=self.device)
         pos = torch.arange(L, n, device=self.device)[None]
-        out = self.head.forward_cached(toks, self.feats[L:n][None], pos, self.cache)
+        out = self.head.forward_cached(toks, self.feats[L - self.base : n - self.base][None], pos, self.cache)
         self.cache.commit(list(range(n - L)))
         root_out = out[0, -1]
         # 2. grow the tree; node i's entry (hidden = parent's output, token i) at position n-1+depth
@@ -201,11 +213,19 @@ def _load(target, method: str, head_dir=None):
     return head, model, folder
 
 
+def draft_window(head) -> int | None:
+    """How many prompt tokens the head reads: its config's `specviz.draft_window` (our shipped heads),
+    else all (an official EAGLE head, trained on long contexts)."""
+    w = (head.config.get("specviz") or {}).get("draft_window")
+    return int(w) if w else None
+
+
 def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = None, **kw):
     """EAGLE-1's static tree: `static_tree` paths, the device-tuned `tuned["paths"]` (the registry
     asks `specviz.tuning`), or the paper's tree."""
     head, model, folder = _load(target, "eagle1", head_dir)
-    d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=tuned["paths"] if tuned else static_tree)
+    d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=tuned["paths"] if tuned else static_tree,
+                     window=draft_window(head))
     d.tuning = tuned
     return d
 
@@ -216,7 +236,7 @@ def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_token
         depth, total_tokens, top_k = tuned["depth"], tuned["total_tokens"], tuned["top_k"]
         min_prob = tuned.get("min_prob", 0.0)
     d = EagleDrafter(head, model, name=name, tree="dynamic", depth=depth or paper_depth, top_k=top_k,
-                     total_tokens=total_tokens or 24, min_prob=min_prob or 0.0)
+                     total_tokens=total_tokens or 24, min_prob=min_prob or 0.0, window=draft_window(head))
     d.tuning = tuned
     return d
 
