@@ -288,6 +288,10 @@ def test_compare_acceptance_view_needs_no_run():
     row = table[table["method"] == "EAGLE-3"].iloc[0]
     assert row["tau in the benchmark"] == round(e3["tau"], 2)
     assert row["speedup vs vanilla on this CPU"] == round(e3["speedup_vs_vanilla"], 2)
+    # a floored tree has no size of its own: the column shows the nodes it verified a round, measured
+    e2 = runs[newest]["by_dtype"]["fp32"]["methods"]["eagle2"]
+    nodes = table[table["method"] == "EAGLE-2"].iloc[0]["benchmark tree (nodes a round, mean; tuned for its CPU)"]
+    assert nodes == round(e2["per_round_ms"]["nodes"], 1) and nodes < e2["tree"]["total_tokens"]
 
 
 def test_free_batch_lesson_without_prior_run():

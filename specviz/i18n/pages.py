@@ -126,7 +126,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "cmpx.col_tau_equal": ("tau at {n} nodes (acceptance profile)", "{n} 个节点时的 tau（接受率档案）"),
     "cmpx.col_tau_recorded": ("tau at {n} nodes (engine run)", "{n} 个节点时的 tau（引擎运行）"),
     "cmpx.col_tau_bench": ("tau in the benchmark", "基准测试中的 tau"),
-    "cmpx.col_tree_bench": ("benchmark tree (nodes, tuned for this CPU)", "基准测试的树（节点数，按本 CPU 调优）"),
+    "cmpx.col_tree_bench": ("benchmark tree (nodes a round, mean; tuned for its CPU)", "基准测试的树（每轮平均节点数，按该 CPU 调优）"),
     "cmpx.col_speedup_bench": ("speedup vs vanilla on this CPU", "本 CPU 上相对普通解码的加速比"),
     "cmpx.ours_note": (
         "Benchmark: assets/results/{file} ({n} Spec-Bench questions, {tokens} new tokens, fp32 on a 2-core {cpu}, {date}, trees tuned for it; the newest shipped run); tau at equal trees: the recording in the Acceptance tab.",
