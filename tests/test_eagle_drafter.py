@@ -95,6 +95,7 @@ def test_a_window_reads_the_last_prompt_tokens_only_and_stays_lossless(kind):
     assert draft_window(head) is None
     head.config["specviz"] = {"draft_window": 512}
     assert draft_window(head) == 512
+    assert draft_window(head, 300) == 300 and draft_window(head, 0) is None  # asked for: a size, or all
     del head.config["specviz"]
     with pytest.raises(ValueError):
         EagleDrafter(head, target.model, window=0)

@@ -213,30 +213,33 @@ def _load(target, method: str, head_dir=None):
     return head, model, folder
 
 
-def draft_window(head) -> int | None:
-    """How many prompt tokens the head reads: its config's `specviz.draft_window` (our shipped heads),
-    else all (an official EAGLE head, trained on long contexts)."""
+def draft_window(head, window: int | None = None) -> int | None:
+    """How many prompt tokens the head reads: `window` when given (0: all of them), else its config's
+    `specviz.draft_window` (our shipped heads), else all (an official EAGLE head, trained on long contexts)."""
+    if window is not None:
+        return int(window) or None
     w = (head.config.get("specviz") or {}).get("draft_window")
     return int(w) if w else None
 
 
-def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = None, **kw):
+def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = None, window=None, **kw):
     """EAGLE-1's static tree: `static_tree` paths, the device-tuned `tuned["paths"]` (the registry
     asks `specviz.tuning`), or the paper's tree."""
     head, model, folder = _load(target, "eagle1", head_dir)
     d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=tuned["paths"] if tuned else static_tree,
-                     window=draft_window(head))
+                     window=draft_window(head, window))
     d.tuning = tuned
     return d
 
 
-def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_tokens, tuned, paper_depth, min_prob):
+def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_tokens, tuned, paper_depth, min_prob,
+                  window=None):
     head, model, folder = _load(target, head_method, head_dir)
     if tuned:
         depth, total_tokens, top_k = tuned["depth"], tuned["total_tokens"], tuned["top_k"]
         min_prob = tuned.get("min_prob", 0.0)
     d = EagleDrafter(head, model, name=name, tree="dynamic", depth=depth or paper_depth, top_k=top_k,
-                     total_tokens=total_tokens or 24, min_prob=min_prob or 0.0, window=draft_window(head))
+                     total_tokens=total_tokens or 24, min_prob=min_prob or 0.0, window=draft_window(head, window))
     d.tuning = tuned
     return d
 
@@ -245,10 +248,10 @@ def make_eagle2(target, head_dir=None, depth=None, top_k=8, total_tokens=None, t
                 min_prob=None, **kw):
     """EAGLE-2: the EAGLE-1 head with a dynamic tree (`tuned` from the registry, else the papers'
     CPU-scaled default of depth 5, 24 nodes; `min_prob`: see tree.build_dynamic_tree)."""
-    return _make_dynamic(target, "eagle2", "eagle1", head_dir, depth, top_k, total_tokens, tuned, 5, min_prob)
+    return _make_dynamic(target, "eagle2", "eagle1", head_dir, depth, top_k, total_tokens, tuned, 5, min_prob, window)
 
 
 def make_eagle3(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None,
                 min_prob=None, **kw):
     """EAGLE-3: its own head with a dynamic tree (as for EAGLE-2; paper default depth 6)."""
-    return _make_dynamic(target, "eagle3", "eagle3", head_dir, depth, top_k, total_tokens, tuned, 6, min_prob)
+    return _make_dynamic(target, "eagle3", "eagle3", head_dir, depth, top_k, total_tokens, tuned, 6, min_prob, window)
