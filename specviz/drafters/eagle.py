@@ -245,13 +245,13 @@ def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_token
 
 
 def make_eagle2(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None,
-                min_prob=None, **kw):
+                min_prob=None, window=None, **kw):
     """EAGLE-2: the EAGLE-1 head with a dynamic tree (`tuned` from the registry, else the papers'
     CPU-scaled default of depth 5, 24 nodes; `min_prob`: see tree.build_dynamic_tree)."""
     return _make_dynamic(target, "eagle2", "eagle1", head_dir, depth, top_k, total_tokens, tuned, 5, min_prob, window)
 
 
 def make_eagle3(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None,
-                min_prob=None, **kw):
+                min_prob=None, window=None, **kw):
     """EAGLE-3: its own head with a dynamic tree (as for EAGLE-2; paper default depth 6)."""
     return _make_dynamic(target, "eagle3", "eagle3", head_dir, depth, top_k, total_tokens, tuned, 6, min_prob, window)
