@@ -87,6 +87,16 @@ class EagleDrafter(Drafter):
         if n:
             self._feat_buf[:n] = first
         self._n_feats = n
+        if n > 1:
+            # The head's prompt pass belongs to the prefill, as in the EAGLE code: every entry
+            # (feats[j], token j+1) the prompt already gives, for j in [base, len(context) - 1); the
+            # last one pairs with the root, which `propose` gets. Done in the first round instead, it
+            # made that round's drafting look ~100x dearer than the rest.
+            toks = torch.tensor([self.tokens[self.base + 1 :]], device=self.device)
+            pos = torch.arange(self.base, len(context) - 1, device=self.device)[None]
+            with torch.no_grad():
+                self.head.forward_cached(toks, self.feats[: n - 1][None], pos, self.cache)
+            self.cache.commit(list(range(n - 1)))
 
     @property
     def feats(self) -> torch.Tensor:
