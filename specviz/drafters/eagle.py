@@ -2,9 +2,10 @@
 
 The head keeps its own KV cache. Entry j of that cache pairs the target's feature after token j
 (EAGLE-1: final normed state; EAGLE-3: fc(low, mid, high)) with token j+1, at position j. Only
-entries built from *real* target features are ever committed: at `propose` the entries still
-missing (the tokens accepted last round, whose features the target has just computed, and the
-new root) are appended and committed first; the tree's own entries (built on the head's predicted
+entries built from *real* target features are ever committed: the prompt's at `reset` (the head's
+part of the prefill; with a `window`, only the last prompt tokens'), and at `propose` the entries
+still missing (the tokens accepted last round, whose features the target has just computed, and
+the new root) are appended and committed first; the tree's own entries (built on the head's predicted
 states) are written after them, attend to the committed entries plus their own ancestors (tree
 mask), and are discarded when the round ends. Rejected branches therefore never leak into the
 cache, and accepted tokens are re-encoded with the target's true features next round, as in the
@@ -53,10 +54,11 @@ class EagleDrafter(Drafter):
             self.vocab_ids = head.target_ids()
         self.cache = None
         # The head reads only the last `window` prompt tokens (None: all of them). Its prompt pass
-        # is a real cost of every EAGLE run (~5M multiply-adds a token through the torch path: a
-        # 1,000-token Spec-Bench prompt cost ~1 ms a round of a 128-token answer), and our heads
-        # were trained on contexts of <= 384 tokens (+160 answer): a shipped head's config says how
-        # far it reads (`specviz.draft_window`). What is drafted may change; what is accepted never.
+        # is a real cost of every EAGLE run (~5M multiply-adds a token through the torch path: ~0.1 s
+        # for a 1,000-token Spec-Bench prompt, ~1 ms a round of a 128-token answer), and our heads
+        # were trained on short contexts (most <= 384 tokens + a 160-token answer): a shipped head's
+        # config says how far it reads (`specviz.draft_window`). What is drafted may change; what is
+        # accepted never.
         if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
             raise ValueError(f"window must be a whole number >= 1 or None, got {window!r}")
         self.window = window
