@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specviz import tuning
-from specviz.engine import SpeculativeDecoder, vanilla_generate
+from specviz.engine import PREFETCH_ROWS, SpeculativeDecoder, vanilla_generate
 from specviz.examples import EXAMPLE_PROMPTS
 from specviz.heads.io import shipped_head_dir
 from specviz.tree import EAGLE1_TREE
@@ -233,9 +233,11 @@ def test_costs_are_measured_once_and_cached(target, tmp_path, monkeypatch):
     calls = []
     real = tuning.forward_curve
 
-    def counting(model, sizes=(1,), context=300, repeats=5):
+    def counting(model, sizes=(1,), context=300, repeats=5, head_rows=None):
         calls.append(tuple(sizes))
-        return real(model, sizes, context=min(context, 64), repeats=1)
+        if len(sizes) > 1:  # the tuner's curve: the LM head over the rows a round computes, not all
+            assert head_rows == PREFETCH_ROWS
+        return real(model, sizes, context=min(context, 64), repeats=3, head_rows=head_rows)  # a median: one sample can stall under load
 
     monkeypatch.setattr(tuning, "forward_curve", counting)
     monkeypatch.setattr(tuning, "GRID", (1, 2, 4, 8))
@@ -301,3 +303,19 @@ def test_compare_trees_script_reads_tree_settings():
     label, name, opts = mod.parse_tree("eagle3 depth=1 total_tokens=64 min_prob=0.25")
     assert (name, opts) == ("eagle3", {"depth": 1, "total_tokens": 64, "min_prob": 0.25})
     assert mod.parse_tree("eagle2")[1:] == ("eagle2", {})
+
+
+def test_the_tuners_pass_times_price_the_lm_head_rows_a_round_computes(target, monkeypatch):
+    """A round computes the LM head for the root and the likely path only (engine.PREFETCH_ROWS):
+    the curve the tuner prices trees with must do the same, or a 24-node tree pays for 24 rows."""
+    from specviz.machine import pass_times
+
+    model = target.model
+    rows = []
+    real = model.logits
+    monkeypatch.setattr(model, "logits", lambda x, *a, **k: rows.append(x.numel() // x.shape[-1]) or real(x, *a, **k))
+    pass_times(model, (1, 2, 8), context=16, repeats=1, head_rows=3)
+    assert rows == [16, 1, 1, 2, 2, 3, 3]  # the context, then a warm-up and a timed pass per size
+    rows.clear()
+    times = pass_times(model, (8,), context=16, repeats=2)  # a whole pass: the LM head over every row
+    assert rows == [16, 8, 8, 8] and len(times[8]) == 2
