@@ -1,7 +1,8 @@
 """Benchmark: tau, acceptance by depth, tokens/s and speedups, against our vanilla and HF peers.
 
 All methods run in the same process on the same prompts and settings, so the printed ratios
-compare like with like. Timings include prefill (per_round_ms lists it apart: it is the same for every method). Run with the machine otherwise idle.
+compare like with like. Timings include prefill (per_round_ms lists it apart: the target's pass is the same
+for every method; an EAGLE method adds its head's pass over the prompt). Run with the machine otherwise idle.
 
     python -m specviz.bench --methods vanilla,hf,hf-pld,pld --prompts FILE.jsonl --limit 10
     python -m specviz.bench --methods vanilla,hf --dtype fp32,bf16 --forward-curve
@@ -120,7 +121,8 @@ class Runner:
         dec = SpeculativeDecoder(self.target, self.drafter, self.params, seed=self.seed, detail=False)
         t0 = time.perf_counter()
         dec.start(prompt_ids, max_new)
-        self.last_prefill_s = time.perf_counter() - t0  # same for every method: reported apart from the rounds
+        # the target's prefill (the same for every method; EAGLE adds its head's prompt pass), apart from the rounds
+        self.last_prefill_s = time.perf_counter() - t0
         res = dec.generate()
         secs = time.perf_counter() - t0
         depths = [max((n.depth for n in tr.nodes), default=0) for tr in res.traces]
@@ -201,7 +203,7 @@ def summarise(rows: list[dict]) -> dict:
         "new_tokens": toks,
         "seconds": secs,
         "tokens_per_s": toks / secs if secs else 0.0,
-        # our engine times its prefill apart (the same pass for every method): tokens/s of the
+        # our engine times its prefill apart (the target's pass, plus an EAGLE head's): tokens/s of the
         # rounds alone, where a method differs (HF peers time generate() whole: None)
         "prefill_seconds": prefill if rounds else None,
         "decode_tokens_per_s": toks / (secs - prefill) if rounds and secs > prefill else None,
