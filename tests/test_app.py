@@ -267,8 +267,8 @@ def test_compare_acceptance_view_needs_no_run():
     taus = {m.label.split(":")[0]: float(m.value) for m in at.metric if "nodes" in m.label}
     assert {"EAGLE-1", "EAGLE-2", "EAGLE-3", "Medusa"} <= set(taus), taus
     # the shipped acceptance profiles' tau at the compared size, as the page computes it (which
-    # method accepts most is a fact about the shipped heads, not the page: since the session-7
-    # EAGLE-1 head, EAGLE-2 > EAGLE-3 here; TRAINING.md)
+    # method accepts most is a fact about the shipped heads, not the page: EAGLE-2 and EAGLE-3
+    # have traded places from head to head; TRAINING.md)
     from specviz import measured
     from specviz.viz.compare import profile_tau_curve, tau_at
 
@@ -288,10 +288,11 @@ def test_compare_acceptance_view_needs_no_run():
     row = table[table["method"] == "EAGLE-3"].iloc[0]
     assert row["tau in the benchmark"] == round(e3["tau"], 2)
     assert row["speedup vs vanilla on this CPU"] == round(e3["speedup_vs_vanilla"], 2)
-    # a floored tree has no size of its own: the column shows the nodes it verified a round, measured
-    e2 = runs[newest]["by_dtype"]["fp32"]["methods"]["eagle2"]
-    nodes = table[table["method"] == "EAGLE-2"].iloc[0]["benchmark tree (nodes a round, mean; tuned for its CPU)"]
-    assert nodes == round(e2["per_round_ms"]["nodes"], 1) and nodes < e2["tree"]["total_tokens"]
+    # the tree column: the nodes each method verified a round in that run, measured (benchmark_tree_size)
+    for name, label in (("eagle2", "EAGLE-2"), ("eagle3", "EAGLE-3")):
+        entry = runs[newest]["by_dtype"]["fp32"]["methods"][name]
+        nodes = table[table["method"] == label].iloc[0]["benchmark tree (nodes a round, mean; tuned for its CPU)"]
+        assert nodes == round(entry["per_round_ms"]["nodes"], 1)
 
 
 def test_free_batch_lesson_without_prior_run():

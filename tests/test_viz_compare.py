@@ -93,3 +93,12 @@ def test_shipped_equal_tree_recording():
         assert r["tau"] == pytest.approx(sum(lengths) / len(lengths), abs=1e-3), m  # tau = tokens / rounds
         assert all(n <= 26 for _, _, n in r["rounds"])
     assert min(runs[m]["tau"] for m in ("eagle1", "eagle2", "eagle3")) > runs["medusa"]["tau"] > 1.0
+
+
+def test_benchmark_tree_size_is_the_measured_nodes_a_round():
+    """A floored tree's total_tokens is only its cap (64 for ~2 nodes a round): the Compare table
+    shows what the run verified; a run without per-round data falls back to the tree's size."""
+    floored = {"tree": {"depth": 1, "total_tokens": 64, "min_prob": 0.15}, "per_round_ms": {"nodes": 2.063}}
+    assert vc.benchmark_tree_size(floored) == 2.1
+    assert vc.benchmark_tree_size({"tree": {"total_tokens": 26}}) == 26
+    assert vc.benchmark_tree_size({}) is None

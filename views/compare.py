@@ -23,6 +23,7 @@ from specviz.viz import accept_length_hist, acceptance_by_depth, depth_acceptanc
 from specviz.viz.compare import (
     METHOD_COLORS,
     bar_with_values,
+    benchmark_tree_size,
     interp_curve,
     profile_tau_curve,
     recorded_depth_rates,
@@ -299,16 +300,12 @@ with tab_diff:
     rec = (recording or {}).get("methods", {})
     for m in ["eagle1", "eagle2", "eagle3", "medusa"]:
         b = bench.get(m) or {}
-        tree = b.get("tree") or {}
         ours.append({
             tr("cmp.col_method"): method_label(m),
             tr("cmpx.col_tau_equal", n=EQUAL_N): round(tau_at(curves[m], EQUAL_N), 2) if m in curves else None,
             tr("cmpx.col_tau_recorded", n=EQUAL_N): round(rec[m]["tau"], 2) if m in rec else None,
             tr("cmpx.col_tau_bench"): round(b["tau"], 2) if isinstance(b.get("tau"), (int, float)) else None,
-            # nodes verified a round, measured (a tree with a probability floor has no fixed size: its
-            # total_tokens is only the cap)
-            tr("cmpx.col_tree_bench"): round(b["per_round_ms"]["nodes"], 1)
-            if isinstance((b.get("per_round_ms") or {}).get("nodes"), (int, float)) else tree.get("total_tokens"),
+            tr("cmpx.col_tree_bench"): benchmark_tree_size(b),
             tr("cmpx.col_speedup_bench"): round(b["speedup_vs_vanilla"], 2) if isinstance(b.get("speedup_vs_vanilla"), (int, float)) else None,
         })
     st.dataframe(pd.DataFrame(ours), hide_index=True)

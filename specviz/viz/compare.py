@@ -39,6 +39,16 @@ def tau_at(curve: tuple[list[int], list[float]], n: int) -> float:
     return taus[min(max(n, sizes[0]), sizes[-1]) - sizes[0]]
 
 
+def benchmark_tree_size(entry: dict) -> float | None:
+    """The tree a benchmark entry verified: the measured mean nodes a round (to 0.1), else its
+    tree's total_tokens. A tree with a probability floor has no size of its own: its total_tokens
+    is only the cap (64 for ~2 nodes a round)."""
+    nodes = (entry.get("per_round_ms") or {}).get("nodes")
+    if isinstance(nodes, (int, float)):
+        return round(nodes, 1)
+    return (entry.get("tree") or {}).get("total_tokens")
+
+
 def tau_by_size_figure(curves: dict[str, tuple[list[int], list[float]]], lang: str = "en", mark_n: int | None = None,
                        colors: dict[str, str] | None = None) -> go.Figure:
     """tau against tree size, one line per method; a dotted line at the compared size."""
