@@ -94,11 +94,18 @@ class EagleDrafter(Drafter):
             # (feats[j], token j+1) the prompt already gives, for j in [base, len(context) - 1); the
             # last one pairs with the root, which `propose` gets. Done in the first round instead, it
             # made that round's drafting look ~100x dearer than the rest.
-            toks = torch.tensor([self.tokens[self.base + 1 :]], device=self.device)
-            pos = torch.arange(self.base, len(context) - 1, device=self.device)[None]
             with torch.no_grad():
-                self.head.forward_cached(toks, self.feats[: n - 1][None], pos, self.cache)
-            self.cache.commit(list(range(n - 1)))
+                self._commit_entries(self.tokens[self.base + 1 :])
+
+    def _commit_entries(self, next_tokens: list[int]) -> torch.Tensor:
+        """Append and commit the head's entries (feats[j], next_tokens[j - L]) for j from the
+        committed length L on, at positions j; returns the head's outputs [1, T, H]."""
+        L, T = self.base + self.cache.length, len(next_tokens)
+        toks = torch.tensor([next_tokens], device=self.device)
+        pos = torch.arange(L, L + T, device=self.device)[None]
+        out = self.head.forward_cached(toks, self.feats[L - self.base : L - self.base + T][None], pos, self.cache)
+        self.cache.commit(list(range(T)))
+        return out
 
     @property
     def feats(self) -> torch.Tensor:
@@ -145,12 +152,7 @@ class EagleDrafter(Drafter):
             return DraftTree(tokens=[int(root)], parents=[-1], q=[1.0])
         L = self.base + self.cache.length
         # 1. commit the entries built from real features: (feats[j], token j+1) for j in [L, n)
-        nxt = self.tokens[L + 1 :] + [int(root)]
-        toks = torch.tensor([nxt], device=self.device)
-        pos = torch.arange(L, n, device=self.device)[None]
-        out = self.head.forward_cached(toks, self.feats[L - self.base : n - self.base][None], pos, self.cache)
-        self.cache.commit(list(range(n - L)))
-        root_out = out[0, -1]
+        root_out = self._commit_entries(self.tokens[L + 1 :] + [int(root)])[0, -1]
         # 2. grow the tree; node i's entry (hidden = parent's output, token i) at position n-1+depth
         outs = {0: root_out}
         slot = {}  # node -> index among the uncommitted tree entries
