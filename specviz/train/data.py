@@ -72,6 +72,8 @@ class GenConfig:
     max_context_tokens: int = 0  # multi-turn train contexts (0 = max_prompt_tokens)
     min_first_turn_tokens: int = 8  # train first turns of min..max chat tokens (max 0 = max_prompt_tokens)
     max_first_turn_tokens: int = 0
+    min_first_turn_chars: int = 16  # train conversations' first turns of min..max characters; the held-out
+    max_first_turn_chars: int = 1200  # set always comes from the default 16..1200 list (sources.load_conversations)
 
 
 def _row_temps(n: int, cfg: GenConfig, offset: int) -> list[float]:
@@ -237,6 +239,12 @@ def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "b
     taps = tuple(model.cfg.eagle3_layers()) + ("final",)
     # `conversations`: a copy from sources.export_conversations (same order), else the ShareGPT package
     convs = read_conversations(conversations) if conversations else load_conversations(iter_sharegpt(), seed=cfg.seed)
+    train_convs = None
+    chars = (cfg.min_first_turn_chars, cfg.max_first_turn_chars)
+    if chars != (16, 1200):  # another first-turn length for train conversations (e.g. pasted documents)
+        pool = read_conversations(conversations) if conversations else \
+            load_conversations(iter_sharegpt(), min_chars=1, max_chars=10**9, seed=cfg.seed)
+        train_convs = [c for c in pool if chars[0] <= len(c[0][0]) <= chars[1]]
     meta = dict(model=model.name, n_train=n_train, n_heldout=n_heldout, dtype=dtype, taps=[str(t) for t in taps],
                 hidden=model.cfg.hidden_size, vocab=model.cfg.vocab_size, source=source, turns=turns, **cfg.__dict__)
     meta_path = out_dir / "meta.json"
@@ -245,14 +253,17 @@ def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "b
         old.setdefault("turns", "first")  # data built before --turns existed
         old.setdefault("min_first_turn_tokens", 8)  # ... and before the first-turn range
         old.setdefault("max_first_turn_tokens", 0)
+        old.setdefault("min_first_turn_chars", 16)  # ... and before the first-turn characters
+        old.setdefault("max_first_turn_chars", 1200)
         for k in ("model", "hidden", "vocab", "seed", "max_new_tokens", "batch", "n_heldout", "turns",
-                  "min_first_turn_tokens", "max_first_turn_tokens"):
+                  "min_first_turn_tokens", "max_first_turn_tokens", "min_first_turn_chars", "max_first_turn_chars"):
             if old.get(k) != meta.get(k):
                 raise SpecVizError(f"{out_dir} holds data built with {k}={old.get(k)!r}; use another --out.")
     meta_path.write_text(json.dumps(meta, indent=2))
     held, items = split_items(convs, tok, n_heldout, n_train, cfg.max_prompt_tokens, turns=turns,
                               max_context_tokens=cfg.max_context_tokens, scored=source != "regen",
                               first_turn_tokens=(cfg.min_first_turn_tokens, cfg.max_first_turn_tokens),
+                              train_convs=train_convs,
                               eos_ids=set(target.eos_ids), max_new=cfg.max_new_tokens,
                               exclude=benchmark_texts(exclude_files))
     log(f"{len(convs)} conversations available; using {len(held)} held-out + {len(items)} train ({source}, {turns} turns)")

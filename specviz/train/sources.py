@@ -115,24 +115,29 @@ def _msgs(pairs, first: int, k: int) -> list[dict]:
 
 def split_items(convs, tok, n_heldout: int, n_train: int, max_prompt_tokens: int, *, turns: str = "first",
                 max_context_tokens: int = 0, scored: bool = False, eos_ids=(), max_new: int = 192,
-                exclude=frozenset(), min_chars: int = 16, max_chars: int = 1200, first_turn_tokens=(8, 0)):
+                exclude=frozenset(), min_chars: int = 16, max_chars: int = 1200, first_turn_tokens=(8, 0),
+                train_convs=None):
     """(held-out prompt ids, train items). Held-out: the first `n_heldout` first turns whose chat ids
     have 8..max_prompt_tokens tokens (unchanged rule). Train items: (context ids, original answer ids
     or None) for the first (or every) human turn of the later conversations, skipping any
     conversation that shares a human turn with the held-out set or `exclude` (normalised texts).
     `first_turn_tokens` (lo, hi): train first turns have lo..hi chat ids (hi 0 = max_prompt_tokens);
     a range above the default takes the long first turns (documents to summarise or rewrite,
-    code to review) that the default leaves out, without touching the held-out rule."""
+    code to review) that the default leaves out, without touching the held-out rule.
+    `train_convs`: the conversations train items come from (default: those after the held-out
+    set in `convs`), e.g. a list loaded with a longer first-turn limit than `convs`' 1,200
+    characters, whose order would otherwise move the held-out set."""
     held, held_texts, items = [], set(), []
     budget = max_context_tokens or max_prompt_tokens
     first_lo, first_hi = first_turn_tokens[0], first_turn_tokens[1] or max_prompt_tokens
-    for pairs in convs:
-        if len(held) < n_heldout:
-            ids = tok.chat_ids(pairs[0][0])
-            if 8 <= len(ids) <= max_prompt_tokens:
-                held.append(ids)
-                held_texts.update(norm_text(h) for h, _ in pairs)
-            continue
+    i = 0
+    while len(held) < n_heldout and i < len(convs):
+        ids = tok.chat_ids(convs[i][0][0])
+        if 8 <= len(ids) <= max_prompt_tokens:
+            held.append(ids)
+            held_texts.update(norm_text(h) for h, _ in convs[i])
+        i += 1
+    for pairs in convs[i:] if train_convs is None else train_convs:
         if len(items) >= n_train:
             break
         if any(norm_text(h) in exclude or norm_text(h) in held_texts for h, _ in pairs):
