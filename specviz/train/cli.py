@@ -17,23 +17,26 @@ from .sps import train_sps
 from .trainers import TrainConfig, train
 
 
-def first_turn_range(text: str) -> dict:
-    """`--first-turn-tokens LO:HI` as GenConfig fields; a clear error for anything else."""
+def _lo_hi(text: str, flag: str) -> tuple[int, int]:
+    """`LO:HI` as two whole numbers; a clear error for anything else."""
     try:
         lo, hi = (int(x) for x in text.split(":"))
     except ValueError:
-        raise SpecVizError(f"--first-turn-tokens takes LO:HI (two whole numbers), got {text!r}.") from None
+        raise SpecVizError(f"{flag} takes LO:HI (two whole numbers), got {text!r}.") from None
+    return lo, hi
+
+
+def first_turn_range(text: str) -> dict:
+    """`--first-turn-tokens LO:HI` as GenConfig fields (HI 0 = --max-prompt-tokens)."""
+    lo, hi = _lo_hi(text, "--first-turn-tokens")
     if lo < 1 or hi < 0 or (hi and hi < lo):
         raise SpecVizError(f"--first-turn-tokens {text}: need 1 <= LO <= HI (HI 0 = --max-prompt-tokens).")
     return dict(min_first_turn_tokens=lo, max_first_turn_tokens=hi)
 
 
 def first_turn_chars(text: str) -> dict:
-    """`--first-turn-chars LO:HI` as GenConfig fields; a clear error for anything else."""
-    try:
-        lo, hi = (int(x) for x in text.split(":"))
-    except ValueError:
-        raise SpecVizError(f"--first-turn-chars takes LO:HI (two whole numbers), got {text!r}.") from None
+    """`--first-turn-chars LO:HI` as GenConfig fields."""
+    lo, hi = _lo_hi(text, "--first-turn-chars")
     if lo < 1 or hi < lo:
         raise SpecVizError(f"--first-turn-chars {text}: need 1 <= LO <= HI.")
     return dict(min_first_turn_chars=lo, max_first_turn_chars=hi)
