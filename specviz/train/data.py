@@ -241,9 +241,10 @@ def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "b
     convs = read_conversations(conversations) if conversations else load_conversations(iter_sharegpt(), seed=cfg.seed)
     train_convs = None
     chars = (cfg.min_first_turn_chars, cfg.max_first_turn_chars)
-    if chars != (16, 1200):  # another first-turn length for train conversations (e.g. pasted documents)
-        pool = read_conversations(conversations) if conversations else \
-            load_conversations(iter_sharegpt(), min_chars=1, max_chars=10**9, seed=cfg.seed)
+    if chars != (GenConfig.min_first_turn_chars, GenConfig.max_first_turn_chars):  # e.g. pasted documents
+        # an exported copy holds only the conversations it kept: filter those rather than read the file again
+        pool = convs if conversations else load_conversations(iter_sharegpt(), min_chars=1, max_chars=10**9,
+                                                              seed=cfg.seed)
         train_convs = [c for c in pool if chars[0] <= len(c[0][0]) <= chars[1]]
     meta = dict(model=model.name, n_train=n_train, n_heldout=n_heldout, dtype=dtype, taps=[str(t) for t in taps],
                 hidden=model.cfg.hidden_size, vocab=model.cfg.vocab_size, source=source, turns=turns, **cfg.__dict__)
