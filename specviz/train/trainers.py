@@ -53,6 +53,7 @@ class TrainConfig:
     eval_every: int = 0
     log_every: int = 10
     init: str = ""  # a head folder to fine-tune from (its weights and draft vocabulary), instead of a fresh head
+    follow: bool = False  # read shards a data run wrote since, at each epoch start (train while the data grows)
     extra: dict = field(default_factory=dict)
 
 
@@ -285,6 +286,8 @@ def train(cfg: TrainConfig, log=print, model=None):
     run = {"loss": 0.0, "n": 0, "right": None, "count": None, "pos": 0}
     t_prev = time.time()
     while not done():
+        if cfg.follow and state["pos_in_epoch"] == 0 and (n_new := data.refresh()):
+            log(f"epoch {state['epoch']}: {n_new} new shards -> {len(data)} train sequences ({data.n_tokens()} tokens)")
         ep_rng = random.Random(cfg.seed * 1000 + state["epoch"])
         plan = batches(data, cfg.max_tokens, ep_rng)
         while state["pos_in_epoch"] < len(plan) and not done():
