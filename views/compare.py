@@ -88,8 +88,9 @@ with tab_acc:
         st.info(tr("cmpx.no_profiles"))
     else:
         p0 = next(iter(profiles.values()))
+        dates = sorted({str(p.get("date", "?"))[:10] for p in profiles.values()})  # heads re-profiled on other days
         st.caption(tr("cmpx.acc_source", prompts=p0.get("prompts", "?"), tokens=p0.get("max_new_tokens", "?"),
-                      date=p0.get("date", "?"), d=EQUAL_DEPTH))
+                      date=dates[0] if len(dates) == 1 else f"{dates[0]} – {dates[-1]}", d=EQUAL_DEPTH))
         cols = st.columns(len(curves))
         for col, (m, cv) in zip(cols, curves.items()):
             n_here = min(EQUAL_N, cv[0][-1])
