@@ -406,3 +406,14 @@ def test_resample_writes_new_sampled_answers_and_leaves_the_heldout_split_alone(
         build(tmp_path / "c", cfg=GenConfig(resample=1, **cfg), source="scored", **kw)
     with pytest.raises(SpecVizError, match="resample=0"):  # a folder keeps the answers it was built with
         build(tmp_path / "a", cfg=GenConfig(resample=2, **cfg), **kw)
+
+
+def test_eval_tree_options_parse_and_refuse_what_a_drafter_does_not_take():
+    from specviz.train.evaluate import tree_options
+
+    assert tree_options("depth=6 top_k=8 total_tokens=24 min_prob=0.1") == dict(depth=6, top_k=8, total_tokens=24,
+                                                                                 min_prob=0.1)
+    assert tree_options("") == {}
+    for bad in ("depth", "width=3", "depth=six"):
+        with pytest.raises(SpecVizError, match="--tree"):
+            tree_options(bad)

@@ -115,6 +115,9 @@ def main(argv=None):
     e.add_argument("--limit", type=int, default=8)
     e.add_argument("--max-new-tokens", type=int, default=64)
     e.add_argument("--skip-per-step", action="store_true")
+    e.add_argument("--tree", default="", metavar="KEY=VALUE ...",
+                   help="dynamic-tree options for eagle2/eagle3 instead of the device-tuned tree, e.g. the papers' "
+                        "'depth=6 top_k=8 total_tokens=24'")
     e.add_argument("--out", default=None)
     e.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)

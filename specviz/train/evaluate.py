@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from .. import SpecVizError
 from ..engine import SpeculativeDecoder
 from ..heads.io import load_head, shipped_head_dir
 from ..methods import make_drafter
@@ -93,6 +94,20 @@ def engine_tau(methods, target, prompts, max_new_tokens=64, log=print, options=N
     return res
 
 
+def tree_options(text: str) -> dict:
+    """'depth=6 top_k=8 total_tokens=24 min_prob=0.1' -> drafter options (ints, or floats where a dot is)."""
+    opts = {}
+    for pair in text.split():
+        key, eq, val = pair.partition("=")
+        if not eq or key not in ("depth", "top_k", "total_tokens", "min_prob"):
+            raise SpecVizError(f"--tree takes depth=, top_k=, total_tokens= and min_prob=, got {pair!r}")
+        try:
+            opts[key] = float(val) if "." in val else int(val)
+        except ValueError:
+            raise SpecVizError(f"--tree: {key} needs a number, got {val!r}") from None
+    return opts
+
+
 def main(args, log=print):
     torch.set_num_threads(args.threads or torch.get_num_threads())
     target = load_target(dtype=torch.float32, device="cpu")
@@ -100,6 +115,10 @@ def main(args, log=print):
     methods = [m for m in args.methods.split(",") if m]
     report = {"model": target.model.name, "date": time.strftime("%Y-%m-%d %H:%M")}
     heads = [m for m in methods if m in ("eagle1", "eagle3", "medusa", "sps")]
+    tree = tree_options(getattr(args, "tree", ""))
+    options = {m: tree for m in ("eagle2", "eagle3")} if tree else None
+    if tree:
+        report["tree"] = tree
     if not args.skip_per_step:
         log("== held-out per-step top-1 acceptance (greedy rows of held-out regenerated ShareGPT)")
         report["per_step"] = per_step(heads, data_dir, target.model, log=log)
@@ -108,7 +127,7 @@ def main(args, log=print):
             log(f"== tau on the engine, temperature 0, {args.limit} prompts from {src}, {args.max_new_tokens} new tokens")
             prompts = prompts_from(src, data_dir, args.limit, target.tokenizer)
             report.setdefault("tau", {})[Path(src).name] = engine_tau(
-                [m for m in methods], target, prompts, args.max_new_tokens, log=log)
+                [m for m in methods], target, prompts, args.max_new_tokens, log=log, options=options)
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))
     return report
