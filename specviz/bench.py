@@ -107,12 +107,14 @@ def _spread(rows: list[dict], limit: int) -> list[dict]:
 class Runner:
     """Runs one method on one prompt: returns (new token ids, seconds, rounds, per-round accepted lengths)."""
 
-    def __init__(self, method: str, target, params: SamplingParams, hf=None, seed: int = 0, tree: str = "auto"):
+    def __init__(self, method: str, target, params: SamplingParams, hf=None, seed: int = 0, tree: str = "auto",
+                 draw: str = ""):
         self.method, self.target, self.params, self.hf, self.seed = method, target, params, hf, seed
         self.tree = None
         self.last_prefill_s = 0.0
         if method not in HF_METHODS:
-            self.drafter = make_drafter(method, target, tree_size=tree)
+            extra = {"draw": draw} if draw and method in ("eagle2", "eagle3") else {}
+            self.drafter = make_drafter(method, target, tree_size=tree, **extra)
             self.tree = describe_tree(self.drafter)
 
     def run(self, prompt_ids: list[int], max_new: int):
@@ -156,7 +158,7 @@ def describe_tree(drafter) -> dict | None:
     t = getattr(drafter, "tuning", None)
     if t:
         keep = ("kind", "depth", "total_tokens", "min_prob", "tau", "tok_s", "vanilla_tok_s")
-        return {"source": "device-tuned", **{k: t[k] for k in keep if k in t}}
+        return {"source": "device-tuned", **{k: t[k] for k in keep if k in t}, "draw": getattr(drafter, "draw", "top")}
     if getattr(drafter, "tree_kind", None) == "dynamic":
         out = {"source": "fixed", "kind": "dynamic", "depth": drafter.depth, "total_tokens": drafter.total_tokens}
         return dict(out, min_prob=drafter.min_prob) if getattr(drafter, "min_prob", 0) else out
@@ -242,7 +244,7 @@ def run(args) -> dict:
         print(f"{dname}: target runs on {target.model.kernel_note}", file=sys.stderr)
         report["machine"] = machine()
         hf = load_hf(target, dtype, "hf-assisted" in methods) if set(methods) & set(HF_METHODS) else None
-        runners = {m: Runner(m, target, params, hf, args.seed, tree=args.tree) for m in methods}
+        runners = {m: Runner(m, target, params, hf, args.seed, tree=args.tree, draw=args.draw) for m in methods}
         for m, r in runners.items():
             if r.tree:
                 print(f"{m}: tree {json.dumps(r.tree)}", file=sys.stderr)
@@ -362,6 +364,8 @@ def main(argv=None) -> int:
     ap.add_argument("--forward-curve", action="store_true", help="also time 1/4/16/64-token passes")
     ap.add_argument("--tree", default="auto", choices=["auto", "paper"],
                     help="EAGLE/Medusa tree size: tuned for this device (auto) or the papers' fixed trees")
+    ap.add_argument("--draw", default="", choices=["", "top", "sample"],
+                    help="EAGLE-2/3 drafts at T > 0: top-k, or drawn from q (default: drawn for tuned trees)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     try:

@@ -299,6 +299,47 @@ def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
     return out
 
 
+def build_sampled_tree(root: int, expand, depth: int, top_k: int, total_tokens: int, generator,
+                       min_prob: float = 0.0) -> DraftTree:
+    """A dynamic tree whose children are *drawn* from q (T > 0), so the sampled rule verifies it.
+
+    Why: with deterministic drafts (EAGLE-2's top-k) the target keeps a draft x with probability
+    p(x), which at temperature 1 is small even when the head is right about p (a flat p gives every
+    token little mass); a draft drawn from q is kept with probability min(1, p/q), on average
+    sum_x min(p(x), q(x)) - e.g. 0.17 -> 0.29 per first token for the shipped EAGLE-3 head on
+    Spec-Bench dev at T = 1 (session 15). The same acceptance walk (specviz.verify, SpecInfer's
+    rule without replacement) keeps the output exactly the target's, provided every choice of
+    *which* children a node gets is made before they are drawn: each expanded node draws its
+    children in one go without replacement, all of them are kept, and siblings stay in draw order
+    (the walk tries them in that order). Which nodes are expanded may depend on their own path
+    probability (they are in the tree already): level by level, the `top_k` likeliest nodes of the
+    frontier whose path probability is at least `min_prob` each draw up to `top_k` children,
+    until `total_tokens - 1` drafts are drawn or `depth` levels are grown.
+    """
+    width = min(top_k, max(1, total_tokens - 1))
+    floor = math.log(min_prob) if min_prob > 0 else -math.inf
+    tree = DraftTree(tokens=[int(root)], parents=[-1], q=[1.0], sampled=True, without_replacement=True)
+    budget, frontier = total_tokens - 1, [0]
+    for _ in range(depth):
+        frontier = [i for i in sorted(frontier, key=lambda i: (-tree.scores[i], i))[:width] if tree.scores[i] >= floor]
+        if budget <= 0 or not frontier:
+            break
+        dists = expand(tree, frontier)
+        nxt = []
+        for row, node in enumerate(frontier):
+            q = torch.as_tensor(dists[row])
+            tree.dists[node] = q
+            k = min(width, budget, int((q > 0).sum()))
+            if k <= 0:
+                continue
+            for x in torch.multinomial(q.double(), k, replacement=False, generator=generator).tolist():
+                tree = _append(tree, node, int(x), float(q[x]))
+                nxt.append(len(tree) - 1)
+            budget -= k
+        frontier = nxt
+    return tree
+
+
 def _close_under_parents(keep: list[int], cand) -> list[int]:
     """Ties in scores could drop a parent; add any missing ancestor."""
     ks = set(keep)

@@ -192,3 +192,28 @@ def test_drafters_share_a_loaded_head_until_its_folder_changes(tmp_path):
     c = make_eagle3(target, head_dir=tmp_path)
     assert c.head is not a.head
     assert torch.equal(c.head.fc.weight, h.fc.weight) and not torch.equal(c.head.fc.weight, a.head.fc.weight)
+
+
+def test_tuned_eagle_trees_draw_their_drafts_at_t_above_zero(target, monkeypatch):
+    """The device-tuned EAGLE-2/3 tree draws its drafts from q at T > 0 (more of them are kept); the
+    papers' tree, a shape given explicitly, or draw="top" keep EAGLE's top-k drafts; greedy decoding
+    gives vanilla's tokens either way."""
+    from specviz import methods, tuning
+    from specviz.engine import vanilla_generate
+
+    monkeypatch.setattr(tuning, "tree_for", lambda *a, **k: {"kind": "dynamic", "depth": 1, "total_tokens": 2,
+                                                           "top_k": 8, "min_prob": 0.0})
+    assert methods.make_drafter("eagle3", target).draw == "sample"
+    assert methods.make_drafter("eagle2", target).draw == "sample"
+    assert methods.make_drafter("eagle3", target, draw="top").draw == "top"
+    assert methods.make_drafter("eagle3", target, depth=2, top_k=4, total_tokens=4).draw == "top"
+    assert methods.make_drafter("eagle3", target, tree_size="paper").draw == "top"
+    with pytest.raises(ValueError, match="draw"):
+        methods.make_drafter("eagle3", target, draw="nope")
+    drafter = methods.make_drafter("eagle3", target)
+    hot = SpeculativeDecoder(target, drafter, SamplingParams(temperature=1.0), seed=0, detail=False)
+    rules = {t.rule for t in hot.generate("Name three colours.", max_new_tokens=12).traces if len(t.nodes) > 1}
+    assert rules == {"chain"}  # one drawn draft a round: the Leviathan chain rule
+    greedy = SpeculativeDecoder(target, methods.make_drafter("eagle3", target), seed=0, detail=False)
+    assert greedy.generate("Name three colours.", max_new_tokens=12).tokens == \
+        vanilla_generate(target, "Name three colours.", max_new_tokens=12).tokens

@@ -258,16 +258,23 @@ def test_cli_pass_and_fail(target, capsys):
     assert capsys.readouterr().out.strip().splitlines()[-1] == "FAIL"
 
 
-@pytest.mark.parametrize("method", ["eagle3", "sps"])
-def test_shipped_drafters_are_lossless_and_a_broken_rule_is_caught(real, method):
+@pytest.mark.parametrize("method,options", [("eagle3", {}), ("eagle3", {"draw": "sample", "depth": 2, "top_k": 1, "total_tokens": 3}), ("sps", {})])
+def test_shipped_drafters_are_lossless_and_a_broken_rule_is_caught(real, method, options):
     """The real drafters with their shipped weights at T > 0 (issue 15): EAGLE-3's deterministic
-    tree (reset on each prefix from the target's hidden states) and SpS's sampled chain pass the
-    exact check and the sample test; resampling from p instead of the residual fails both checks."""
+    tree (reset on each prefix from the target's hidden states), EAGLE-3's drafts drawn from q
+    (draw="sample", one child a node: the exact check marginalises the root's draws over the whole
+    vocabulary, which two draws without replacement would square; tests/test_verify.py checks wider
+    drawn trees) and SpS's sampled chain pass the exact check and the sample test; resampling from p
+    instead of the residual fails both checks."""
     from specviz.bugs import DEFAULT_BROKEN
 
     target, ids, oracle = real
     o = oracle("t1")
-    drafter = make_drafter(method, o)
+    drafter = make_drafter(method, o, **options)
+    from specviz.lossless.oracle import proposer_for
+
+    tree = proposer_for(drafter, o).propose_many([()], SETTINGS["t1"], torch.Generator().manual_seed(0), max_depth=1)[0]
+    assert tree.sampled == (method == "sps" or bool(options)) and len(tree) > 1
     ok = run_check(target, drafter, ids, SETTINGS["t1"], samples=400, horizon=2, seed=3, oracle=o)
     print(f"{method}: p={ok.p_value:.3g} exact={ok.exact_max_diff:.2g} k={ok.exact_k} acc={ok.acceptance:.2f} {ok.seconds:.1f}s")
     assert ok.drafted_at_prompt > 0 and 0 < ok.acceptance < 1  # real drafts, real rejections

@@ -209,3 +209,80 @@ def test_walk_vs_enumeration_comparison_can_fail():
     exact = exact_dist_k(model, params=T1, k=2, variant="correct")
     n = 2000
     assert _gof(_simulate(model, T1, "no-rejection", n, seed=3), exact, n) < 1e-6
+
+
+# --------------------------------------------------------------------------- EAGLE trees drawn from q (draw="sample")
+def _tables(V, seed):
+    """Random warped p and q after every token prefix (memoised), for a toy vocabulary of V."""
+    memo = {}
+
+    def row(kind, prefix):
+        key = (kind, prefix)
+        if key not in memo:
+            g = torch.Generator().manual_seed(hash((seed, kind) + prefix) % (2**31))
+            memo[key] = (torch.randn(V, generator=g) * 1.5).softmax(-1)
+        return memo[key]
+
+    return row
+
+
+def _prefix(tree, i):
+    path = []
+    while i > 0:
+        path.append(tree.tokens[i])
+        i = tree.parents[i]
+    return tuple(reversed(path))
+
+
+def test_sampled_dynamic_tree_keeps_draw_order_and_its_budget():
+    from specviz.tree import build_sampled_tree
+
+    row = _tables(6, 1)
+    expand = lambda tree, nodes: torch.stack([row("q", _prefix(tree, i)) for i in nodes])  # noqa: E731
+    for seed in range(20):
+        g = torch.Generator().manual_seed(seed)
+        tree = build_sampled_tree(0, expand, depth=3, top_k=2, total_tokens=6, generator=g)
+        assert tree.sampled and tree.without_replacement and 2 <= len(tree) <= 6
+        kids = tree.children_lists()
+        for node, cs in enumerate(kids):
+            if cs:
+                assert node in tree.dists and len(cs) <= 2 and len({tree.tokens[c] for c in cs}) == len(cs)
+                assert cs == sorted(cs)  # siblings contiguous, in the order they were drawn
+        assert len(kids[0]) == 2  # the root always draws its full width
+    g = torch.Generator().manual_seed(0)
+    sure = build_sampled_tree(0, expand, depth=3, top_k=2, total_tokens=6, generator=g, min_prob=0.99)
+    assert len(sure) == 3 and all(d == 1 for d in sure.depths[1:])  # no drawn path is that likely: one level
+    again = build_sampled_tree(0, expand, depth=3, top_k=2, total_tokens=6, generator=torch.Generator().manual_seed(0),
+                               min_prob=0.99)
+    assert again.tokens == sure.tokens  # the generator decides every draw
+
+
+@pytest.mark.parametrize("variant", ["correct", "resample-from-p"])
+def test_sampled_dynamic_tree_rounds_give_the_targets_two_token_distribution(variant):
+    """Rounds of (draw a tree from q with build_sampled_tree, verify it) give the first two tokens
+    p(t1) p(t2 | t1) (tokens after the round ends come from p, as vanilla); chi-square over 16 cells
+    with a fixed seed. The tree's shape depends on its drawn nodes (expansion by path probability,
+    a floor): the rule stays exact because every node's children are drawn together and all kept.
+    A broken rule (resampling from p after a rejection) is caught by the same test."""
+    from scipy.stats import chisquare
+
+    from specviz.bugs import get_policy
+    from specviz.tree import build_sampled_tree
+
+    V, trials = 4, 12000
+    row = _tables(V, 7)
+    expand = lambda tree, nodes: torch.stack([row("q", _prefix(tree, i)) for i in nodes])  # noqa: E731
+    params = SamplingParams(temperature=1.0)
+    g = torch.Generator().manual_seed(11)
+    counts = torch.zeros(V, V)
+    for _ in range(trials):
+        tree = build_sampled_tree(0, expand, depth=3, top_k=2, total_tokens=5, generator=g, min_prob=0.3)
+        P = torch.stack([row("p", _prefix(tree, i)) for i in range(len(tree))])
+        res = verify(tree, P, params, g, policy=get_policy(variant))
+        toks = [tree.tokens[i] for i in res.accepted] + [res.extra_token]
+        if len(toks) < 2:
+            toks.append(int(torch.multinomial(row("p", (toks[0],)), 1, generator=g)))
+        counts[toks[0], toks[1]] += 1
+    want = torch.stack([row("p", ())[a] * row("p", (a,)) for a in range(V)]).flatten().double() * trials
+    p_value = chisquare(counts.flatten().double().numpy(), want.numpy()).pvalue
+    assert (p_value > 1e-3) == (variant == "correct"), p_value

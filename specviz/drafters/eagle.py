@@ -25,7 +25,7 @@ from ..heads.eagle import Eagle3Head
 from ..heads.io import load_head, shipped_head_dir
 from ..heads.layers import HeadCache
 from ..sampling import SamplingParams, warp_logits
-from ..tree import EAGLE1_TREE, DraftTree, build_dynamic_tree, build_static_tree
+from ..tree import EAGLE1_TREE, DraftTree, build_dynamic_tree, build_sampled_tree, build_static_tree
 from .base import Drafter
 
 
@@ -34,7 +34,7 @@ class EagleDrafter(Drafter):
     q_is_probability = True
 
     def __init__(self, head, model, name="eagle2", tree="dynamic", depth=5, top_k=8, total_tokens=32,
-                 static_tree=None, min_prob=0.0, window=None):
+                 static_tree=None, min_prob=0.0, window=None, draw="top"):
         self.head = head
         self.model = model
         self.name = name
@@ -44,6 +44,13 @@ class EagleDrafter(Drafter):
         if not 0.0 <= self.min_prob < 1.0:
             raise ValueError(f"min_prob must be in [0, 1), got {min_prob}")
         self.static_tree = static_tree or EAGLE1_TREE
+        # at T > 0: "top" keeps EAGLE's top-k drafts (kept with probability p(x)); "sample" draws them
+        # from q (kept with probability min(1, p/q): more often; tree.build_sampled_tree)
+        if draw not in ("top", "sample"):
+            raise ValueError(f"draw must be 'top' or 'sample', got {draw!r}")
+        if draw == "sample" and tree != "dynamic":
+            raise ValueError("draw='sample' needs a dynamic tree (EAGLE-2/3)")
+        self.draw = draw
         self.is3 = isinstance(head, Eagle3Head)
         if hasattr(head, "fuse_for_drafting"):
             head.fuse_for_drafting()  # q/k/v and gate/up as one block matmul each (same bits)
@@ -186,6 +193,9 @@ class EagleDrafter(Drafter):
 
         if self.tree_kind == "static":
             tree = build_static_tree(int(root), self.static_tree, expand)
+        elif self.draw == "sample" and not params.greedy:
+            tree = build_sampled_tree(int(root), expand, self.depth, self.top_k, self.total_tokens, generator,
+                                      min_prob=self.min_prob)
         else:
             tree = build_dynamic_tree(int(root), expand, self.depth, self.top_k, self.total_tokens,
                                       min_prob=self.min_prob)
@@ -247,25 +257,29 @@ def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = No
 
 
 def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_tokens, tuned, paper_depth, min_prob,
-                  window=None):
+                  window=None, draw="top"):
     head, model, folder = _load(target, head_method, head_dir)
     if tuned:
         depth, total_tokens, top_k = tuned["depth"], tuned["total_tokens"], tuned["top_k"]
         min_prob = tuned.get("min_prob", 0.0)
     d = EagleDrafter(head, model, name=name, tree="dynamic", depth=depth or paper_depth, top_k=top_k,
-                     total_tokens=total_tokens or 24, min_prob=min_prob or 0.0, window=draft_window(head, window))
+                     total_tokens=total_tokens or 24, min_prob=min_prob or 0.0, window=draft_window(head, window),
+                     draw=draw or "top")
     d.tuning = tuned
     return d
 
 
 def make_eagle2(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None,
-                min_prob=None, window=None, **kw):
+                min_prob=None, window=None, draw="top", **kw):
     """EAGLE-2: the EAGLE-1 head with a dynamic tree (`tuned` from the registry, else the papers'
-    CPU-scaled default of depth 5, 24 nodes; `min_prob`: see tree.build_dynamic_tree)."""
-    return _make_dynamic(target, "eagle2", "eagle1", head_dir, depth, top_k, total_tokens, tuned, 5, min_prob, window)
+    CPU-scaled default of depth 5, 24 nodes; `min_prob`: see tree.build_dynamic_tree; `draw`: at T > 0,
+    "sample" draws the drafts from q, tree.build_sampled_tree)."""
+    return _make_dynamic(target, "eagle2", "eagle1", head_dir, depth, top_k, total_tokens, tuned, 5, min_prob, window,
+                         draw)
 
 
 def make_eagle3(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None,
-                min_prob=None, window=None, **kw):
+                min_prob=None, window=None, draw="top", **kw):
     """EAGLE-3: its own head with a dynamic tree (as for EAGLE-2; paper default depth 6)."""
-    return _make_dynamic(target, "eagle3", "eagle3", head_dir, depth, top_k, total_tokens, tuned, 6, min_prob, window)
+    return _make_dynamic(target, "eagle3", "eagle3", head_dir, depth, top_k, total_tokens, tuned, 6, min_prob, window,
+                         draw)
