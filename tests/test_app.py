@@ -418,3 +418,24 @@ def test_prefill_prototypes_are_kept_per_key_and_target():
         prefill.prototype(("n", i), a, build(i))
     assert len(prefill._PROTOS) == prefill.LIMIT and ("k",) not in prefill._PROTOS
     prefill.clear()
+
+
+def test_drafts_drawn_from_q_at_t_above_zero_from_the_sidebar():
+    """?draw=sample (the sidebar's "Drafts at T > 0"): Home's EAGLE-3 rounds are verified by the drawn
+    rule (chain / tree-sampled); switching back to top-k gives EAGLE's deterministic rule; at T = 0
+    the choice is disabled (greedy is the same either way)."""
+    at = ok(new_app(method="eagle3", temperature="1", draw="sample", max_new="8").run())
+    radio = at.radio(key="w_draw")
+    assert radio.value == "sample" and not radio.disabled
+    rules = set()
+    for draw in ("sample", "top"):
+        if draw == "top":
+            side(at, "radio", "draw", "top")
+        at.button(key="home_generate").click().run()
+        ok(at)
+        r = at.session_state["home_result"]
+        rules = {t.rule for t in r["traces"] if len(t.nodes) > 1}
+        assert rules and rules <= ({"chain", "tree-sampled"} if draw == "sample" else {"tree-deterministic"}), rules
+    assert at.query_params.get("draw") is None  # the default is not written into the URL
+    side(at, "slider", "temperature", 0.0)
+    assert at.radio(key="w_draw").disabled
