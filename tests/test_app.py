@@ -421,21 +421,20 @@ def test_prefill_prototypes_are_kept_per_key_and_target():
 
 
 def test_drafts_drawn_from_q_at_t_above_zero_from_the_sidebar():
-    """?draw=sample (the sidebar's "Drafts at T > 0"): Home's EAGLE-3 rounds are verified by the drawn
-    rule (chain / tree-sampled); switching back to top-k gives EAGLE's deterministic rule; at T = 0
-    the choice is disabled (greedy is the same either way)."""
-    at = ok(new_app(method="eagle3", temperature="1", draw="sample", max_new="8").run())
-    radio = at.radio(key="w_draw")
-    assert radio.value == "sample" and not radio.disabled
-    rules = set()
-    for draw in ("sample", "top"):
-        if draw == "top":
-            side(at, "radio", "draw", "top")
+    """?draw_sample=1 (the sidebar's "Draw the drafts from q"): Home's EAGLE-3 rounds are verified by
+    the drawn rule (chain / tree-sampled); switching it off gives EAGLE's deterministic rule; at T = 0
+    the switch is disabled (greedy is the same either way)."""
+    at = ok(new_app(method="eagle3", temperature="1", draw_sample="1", max_new="8").run())
+    toggle = at.toggle(key="w_draw_sample")
+    assert toggle.value is True and not toggle.disabled
+    for drawn in (True, False):
+        if not drawn:
+            side(at, "toggle", "draw_sample", False)
         at.button(key="home_generate").click().run()
         ok(at)
         r = at.session_state["home_result"]
         rules = {t.rule for t in r["traces"] if len(t.nodes) > 1}
-        assert rules and rules <= ({"chain", "tree-sampled"} if draw == "sample" else {"tree-deterministic"}), rules
-    assert at.query_params.get("draw") is None  # the default is not written into the URL
+        assert rules and rules <= ({"chain", "tree-sampled"} if drawn else {"tree-deterministic"}), rules
+    assert at.query_params.get("draw_sample") is None  # the default is not written into the URL
     side(at, "slider", "temperature", 0.0)
-    assert at.radio(key="w_draw").disabled
+    assert at.toggle(key="w_draw_sample").disabled

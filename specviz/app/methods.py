@@ -44,7 +44,7 @@ def tree_settings_for(method: str, s: dict) -> dict:
         return {"max_ngram": int(s["pld_ngram"]), "min_ngram": 1, "num_tokens": int(s["pld_tokens"])}
     if method in ("eagle2", "eagle3"):
         return {"depth": int(s["depth"]), "top_k": int(s["tree_topk"]), "total_tokens": int(s["total_tokens"]),
-                "min_prob": float(s.get("min_prob", 0.0)), "draw": s.get("draw", "top")}
+                "min_prob": float(s.get("min_prob", 0.0)), "draw": "sample" if s.get("draw_sample") else "top"}
     if method == "sps":
         return {"gamma": int(s["depth"])}
     if method in ("eagle1", "medusa"):

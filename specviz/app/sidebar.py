@@ -27,7 +27,7 @@ _PARSERS = {
     "tree_topk": lambda v: min(16, max(1, int(v))),
     "total_tokens": lambda v: min(128, max(2, int(v))),
     "min_prob": lambda v: min(0.95, max(0.0, round(float(v) / 0.05) * 0.05)),
-    "draw": lambda v: v if v in ("top", "sample") else None,
+    "draw_sample": lambda v: {"1": True, "true": True, "0": False, "false": False}.get(v.lower()),
     "pld_ngram": lambda v: min(8, max(1, int(v))),
     "pld_tokens": lambda v: min(32, max(1, int(v))),
 }
@@ -159,9 +159,8 @@ def render_sidebar() -> None:
             st.number_input(tr("sb.total_tokens"), 2, 128, key="w_total_tokens", on_change=_copy, args=("total_tokens",), disabled=m not in ("eagle2", "eagle3"))
             st.number_input(tr("sb.min_prob"), 0.0, 0.95, step=0.05, format="%.2f", key="w_min_prob", on_change=_copy, args=("min_prob",),
                             disabled=m not in ("eagle2", "eagle3"), help=tr("sb.min_prob_help"))
-            st.radio(tr("sb.draw"), ["top", "sample"], format_func=lambda k: tr(f"sb.draw.{k}"), key="w_draw",
-                     on_change=_copy, args=("draw",), disabled=m not in ("eagle2", "eagle3") or greedy,
-                     help=tr("sb.draw_help"))
+            st.toggle(tr("sb.draw"), key="w_draw_sample", on_change=_copy, args=("draw_sample",),
+                      disabled=m not in ("eagle2", "eagle3") or greedy, help=tr("sb.draw_help"))
             if m in ("eagle2", "eagle3"):
                 st.button(tr("sb.tune"), key="tree_tune", on_click=_apply_tuned, help=tr("sb.tune_help"))
                 note = ss.get("tune_msg")

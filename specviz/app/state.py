@@ -26,9 +26,9 @@ DEFAULTS = {
     # and 0.43x on the default prompt, 48 tokens, idle); a GPU verifies the
     # whole tree for the price of one token, so there the papers' fixed-size tree (0)
     "min_prob": 0.0 if torch.cuda.is_available() else 0.25,
-    # EAGLE-2/3 at T > 0: "top" keeps EAGLE's top-k drafts (what the lessons show: a draft x is kept with
-    # probability p(x)); "sample" draws them from q (kept with probability min(1, p/q): more often)
-    "draw": "top",
+    # EAGLE-2/3 at T > 0: False keeps EAGLE's top-k drafts (what the lessons show: a draft x is kept with
+    # probability p(x)); True draws them from q (kept with probability min(1, p/q): more often)
+    "draw_sample": False,
     "pld_ngram": 3,
     # 4, not 8: on the first 12 example prompts (greedy, 48 tokens, 1 thread) PLD committed the same
     # tokens per round with 4 as with 8 (it rarely matches more) at 14-45% less time per token

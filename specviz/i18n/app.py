@@ -35,16 +35,14 @@ STRINGS: dict[str, tuple[str, str]] = {
                          "草稿路径的概率是起草器沿路径各 q 的乘积；校准良好的草稿头，其路径被接受的频率大约就是这个值。"
                          "大于 0 时，树只保留（也只起草）概率不低于此值的路径（不超过上面的大小）：草稿头有把握时树变大，"
                          "没有把握时只剩根节点。0：EAGLE-2 的固定大小树。"),
-    "sb.draw": ("Drafts at T > 0", "T > 0 时的草稿"),
-    "sb.draw.top": ("top-k (EAGLE)", "top-k（EAGLE）"),
-    "sb.draw.sample": ("drawn from q", "从 q 中抽取"),
-    "sb.draw_help": ("top-k: the drafter proposes its likeliest tokens and the target keeps a draft x with probability "
-                     "p(x) - at temperature 1 often small, even when the drafter knows p well. Drawn from q: each node's "
+    "sb.draw": ("Draw the drafts from q (T > 0)", "从 q 中抽取草稿（T > 0）"),
+    "sb.draw_help": ("Off (EAGLE's own rule): the drafter proposes its likeliest tokens and the target keeps a draft x with probability "
+                     "p(x) - at temperature 1 often small, even when the drafter knows p well. On: each node's "
                      "children are drawn from the drafter's q (without replacement) and a draft is kept with probability "
                      "min(1, p(x)/q(x)), on average the overlap of p and q: kept more often. Both keep the output exactly "
                      "the target's. Greedy decoding (T = 0) is the same either way.",
-                     "top-k：起草器提出它认为最可能的 token，目标模型以概率 p(x) 保留草稿 x——温度为 1 时这个概率往往很小，"
-                     "即使起草器很了解 p。从 q 中抽取：每个节点的子节点按起草器的 q 抽取（不放回），草稿以概率 "
+                     "关闭（EAGLE 自己的规则）：起草器提出它认为最可能的 token，目标模型以概率 p(x) 保留草稿 x——温度为 1 时这个概率往往很小，"
+                     "即使起草器很了解 p。开启：每个节点的子节点按起草器的 q 抽取（不放回），草稿以概率 "
                      "min(1, p(x)/q(x)) 被保留，平均等于 p 与 q 的重叠：保留得更多。两者的输出都与目标模型完全一致。"
                      "贪心解码（T = 0）两者相同。"),
     "sb.tune": ("Tune the tree for this machine", "为本机调优草稿树"),
