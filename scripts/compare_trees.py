@@ -8,7 +8,7 @@ order of the settings on every prompt, so drift in the machine's speed hits all 
         --tree "eagle3 depth=1 total_tokens=2" --tree "eagle3 depth=1 total_tokens=64 min_prob=0.25"
 
 Each --tree is a method name and key=value drafter options (none: the device-tuned tree).
-Greedy; prints tokens/s, the ratio to vanilla and tau (tokens per round) for each setting, then the
+Greedy unless --temperature; prints tokens/s, the ratio to vanilla and tau (tokens per round) for each setting, then the
 same with the prefill counted (an EAGLE head's prompt pass is part of it; `window=` changes it).
 """
 
@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from specviz import methods  # noqa: E402
 from specviz.bench import load_prompts  # noqa: E402
 from specviz.engine import SpeculativeDecoder  # noqa: E402
+from specviz.sampling import SamplingParams  # noqa: E402
 from specviz.target import load_target  # noqa: E402
 
 
@@ -33,7 +34,10 @@ def parse_tree(text: str) -> tuple[str, str, dict]:
     opts = {}
     for pair in pairs:
         key, _, val = pair.partition("=")
-        opts[key] = float(val) if "." in val else int(val)
+        try:
+            opts[key] = float(val) if "." in val else int(val)
+        except ValueError:
+            opts[key] = val  # e.g. draw=sample
     return text, name, opts
 
 
@@ -44,7 +48,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--tree", action="append", default=[], help='e.g. "eagle3 depth=1 total_tokens=64 min_prob=0.25"')
+    ap.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (e.g. 1 with draw=sample)")
     args = ap.parse_args(argv)
+    params = SamplingParams(temperature=args.temperature)
     target = load_target()
     prompts = [p.get("ids") or p["prompt"] for p in load_prompts(args.prompts, args.limit)]
     settings = [("vanilla", "vanilla", {})] + [parse_tree(t) for t in args.tree]
@@ -54,7 +60,8 @@ def main(argv=None) -> int:
         for j, prompt in enumerate(prompts):
             k = j % len(settings)
             for label, name, opts in settings[k:] + settings[:k]:
-                dec = SpeculativeDecoder(target, methods.make_drafter(name, target, **opts), seed=0, detail=False)
+                dec = SpeculativeDecoder(target, methods.make_drafter(name, target, **opts), params, seed=0,
+                                         detail=False)
                 t0 = time.perf_counter()
                 dec.start(prompt, args.max_new_tokens)
                 prefill[label] += time.perf_counter() - t0
