@@ -28,7 +28,7 @@ from .drafters import sps
 from .engine import SpeculativeDecoder
 from .examples import EXAMPLE_PROMPTS
 from .machine import forward_curve, machine, weight_floor
-from .methods import ENGINE_METHODS, make_drafter
+from .methods import DRAWABLE, ENGINE_METHODS, make_drafter
 from .sampling import SamplingParams
 from .target import load_target
 from .train import data as train_data
@@ -113,7 +113,7 @@ class Runner:
         self.tree = None
         self.last_prefill_s = 0.0
         if method not in HF_METHODS:
-            extra = {"draw": draw} if draw and method in ("eagle2", "eagle3") else {}
+            extra = {"draw": draw} if draw and method in DRAWABLE else {}
             self.drafter = make_drafter(method, target, tree_size=tree, **extra)
             self.tree = describe_tree(self.drafter)
 

@@ -101,6 +101,9 @@ def tuned_tree(name: str, target, log=None) -> dict | None:
                              build=lambda: make_drafter(name, target, tree_size="paper"))
 
 
+DRAWABLE = ("eagle2", "eagle3")  # dynamic trees: can draw their drafts from q at T > 0 (`draw`); tuned ones do
+
+
 def make_drafter(name: str, target, tree_size: str = "auto", **options) -> Drafter:
     """Build the drafter of `name` for `target`; SpecVizError says why when it cannot."""
     spec = get(name)
@@ -108,15 +111,12 @@ def make_drafter(name: str, target, tree_size: str = "auto", **options) -> Draft
         folder = options.get("head_dir") or head_dir(name, target)
         options["tuned"] = tuning.tree_for(target, name, folder, tree_size,
                                            build=lambda: make_drafter(name, target, tree_size="paper"))
-        if options["tuned"] and name in SAMPLED_WHEN_TUNED and tree_size != "paper":
+        if options["tuned"] and name in DRAWABLE and tree_size != "paper":
             # the fastest setting we know: at T > 0 its few drafts are drawn from q (kept with probability
             # min(1, p/q), not p(x): tau 1.16 -> 1.33 at T = 1 on Spec-Bench dev, tree.build_sampled_tree);
             # greedy decoding is unchanged. The papers' trees and the sidebar's keep EAGLE's top-k drafts.
             options.setdefault("draw", "sample")
     return spec.factory(target, **options)
-
-
-SAMPLED_WHEN_TUNED = ("eagle2", "eagle3")  # dynamic trees: their tuned drafts are drawn from q at T > 0
 
 
 def availability(name: str, target=None, dtype: str = "fp32") -> tuple[bool, str]:
