@@ -92,35 +92,41 @@ def sync(model):
 @torch.no_grad()
 def pass_times(model, sizes=(1, 4, 16, 64), context: int = 300, repeats: int = 5, batch: int = 1, blocks: bool = True,
                progress=None, head_rows: int | None = None) -> dict[int, list[float]]:
-    """Seconds of each timed target pass over `batch` x n new tokens after `context` cached tokens
-    (one warm-up pass per size first, not returned). `blocks=False`: dense weights; `progress(f)`
-    gets the fraction done. `head_rows`: the LM head over at most that many rows, as the engine
-    computes it for a draft tree (the root and the likely path), instead of over all n."""
+    """Seconds of each timed target pass over `batch` x n new tokens after `context` cached tokens.
+
+    The sizes take turns (one warm-up round over all of them first, not returned; then `repeats`
+    rounds, each starting one size further on), so a drift in the machine's speed hits every size
+    alike: timed one size after another with 3 repeats, the same machine priced an extra token at
+    0.2 ms one minute and 0.5 ms the next, and the tree tuner picked by that noise.
+    `blocks=False`: dense weights; `progress(f)` gets the fraction done. `head_rows`: the LM head
+    over at most that many rows, as the engine computes it for a draft tree (the root and the
+    likely path), instead of over all n."""
     g = torch.Generator().manual_seed(0)
     ctx = torch.randint(100, 20000, (batch, context), generator=g)
     cache = model.new_cache(context + max(sizes) + 1, batch=batch)
     model(ctx, cache)
     cache.commit()
-    out, done, total = {}, 0, len(sizes) * (repeats + 1)
-    for n in sizes:
-        toks = torch.randint(100, 20000, (batch, n), generator=g)
-        times = []
-        for _ in range(repeats + 1):
+    sizes = list(sizes)
+    toks = {n: torch.randint(100, 20000, (batch, n), generator=g) for n in sizes}
+    out, done, total = {n: [] for n in sizes}, 0, len(sizes) * (repeats + 1)
+    for r in range(repeats + 1):
+        k = r % len(sizes)
+        for n in sizes[k:] + sizes[:k] if r else sizes:
             sync(model)
             t0 = time.perf_counter()
             if head_rows is None:
-                model(toks, cache, blocks=blocks)
+                model(toks[n], cache, blocks=blocks)
             else:
-                hidden = model(toks, cache, blocks=blocks, head=False).hidden
+                hidden = model(toks[n], cache, blocks=blocks, head=False).hidden
                 if hidden is not None:  # (a captured CUDA graph has computed its logits already)
                     model.logits(hidden[0, : min(n, head_rows)])
             sync(model)
-            times.append(time.perf_counter() - t0)
+            if r:
+                out[n].append(time.perf_counter() - t0)
             cache.truncate(context)
             done += 1
             if progress:
                 progress(done / total)
-        out[n] = times[1:]
     return out
 
 

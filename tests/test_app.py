@@ -215,7 +215,7 @@ def test_compare_page():
     assert all("already at the tree tuned" in i.value for i in at.info if "Slower than vanilla" in i.value)
 
 
-def test_tune_tree_button_sets_the_device_tuned_size(monkeypatch):
+def test_tune_tree_button_sets_the_device_tuned_size(pinned_costs):
     """The sidebar's tune button applies the best tree of the shipped profile for this machine's
     costs (here a fixed synthetic cost table, so the expected choice can be computed)."""
     from specviz import tuning
@@ -225,8 +225,7 @@ def test_tune_tree_button_sets_the_device_tuned_size(monkeypatch):
     assert prof is not None
     costs = {"forward": {"1": 0.030, "8": 0.040, "64": 0.150},
              "draft.eagle3": {str(d): 0.002 * d for d in range(1, prof["max_depth"] + 1)}, "overhead": 0.002}
-    monkeypatch.setattr(tuning, "device_costs", lambda *a, **k: costs)
-    best = tuning.rank_trees(prof, costs, "eagle3")[0]
+    best = pinned_costs(costs)(prof, "eagle3")
     at = ok(new_app().run())
     side(at, "radio", "method", "eagle3")
     at.button(key="tree_tune").click().run()

@@ -18,11 +18,11 @@ def specbench_file(tmp_path):
     return f
 
 
-def test_bench_cli_writes_the_contracted_json(specbench_file, tmp_path, monkeypatch):
+def test_bench_cli_writes_the_contracted_json(specbench_file, tmp_path, monkeypatch, pinned_costs):
     # a fixed cost table: the tuned tree is then a pure function of the shipped profile
     costs = {"forward": {"1": 0.03, "16": 0.06, "64": 0.15}, "overhead": 0.002,
              **{f"draft.{m}": {str(i): 0.003 * i for i in range(1, 30)} for m in ("eagle1", "eagle2", "eagle3", "medusa")}}
-    monkeypatch.setattr(tuning, "device_costs", lambda *a, **k: costs)
+    pick = pinned_costs(costs)
     out = tmp_path / "r.json"
     methods = "vanilla,hf,hf-pld,hf-assisted,pld,eagle3,eagle1"
     rc = bench.main(["--methods", methods, "--prompts", str(specbench_file), "--max-new-tokens", "12",
@@ -45,7 +45,7 @@ def test_bench_cli_writes_the_contracted_json(specbench_file, tmp_path, monkeypa
     from specviz.heads.io import shipped_head_dir
 
     prof = tuning.load_profile(shipped_head_dir("smollm2-135m-instruct", "eagle3"), "eagle3")
-    best = tuning.rank_trees(prof, costs, "eagle3")[0]
+    best = pick(prof, "eagle3")
     assert res["eagle3"]["tree"]["total_tokens"] == best["total_tokens"]
     br = res["eagle3"]["per_round_ms"]
     assert br["draft"] > 0 and br["verify"] > 0 and br["nodes"] >= 1

@@ -122,6 +122,73 @@ def test_rank_trees_picks_the_best_rate():
     assert rows[2, 4]["seconds"] == pytest.approx(0.001 + 0.004 + tuning.interpolate(costs["forward"], 4))
 
 
+def test_rank_trees_price_the_engines_other_cost_by_tree_size():
+    """A bigger tree costs the engine more outside its pass (LM-head rows, walk, commits): the
+    measured cost at each size is read, interpolated between sizes; vanilla's is size 1."""
+    profile = {"kind": "dynamic", "max_depth": 1, "n_max": 4, "tau": [[1.0, 1.5, 1.6, 1.7]]}
+    costs = {"forward": {"1": 0.010, "4": 0.016}, "draft.eagle2": {"1": 0.002}, "overhead": 0.5,
+             "overhead.eagle2": {"1": 0.0002, "2": 0.001, "4": 0.003}}
+    rows = {r["total_tokens"]: r for r in tuning.rank_trees(profile, costs, "eagle2")}
+    assert rows[2]["seconds"] == pytest.approx(0.001 + 0.002 + tuning.interpolate(costs["forward"], 2))
+    assert rows[3]["seconds"] == pytest.approx(0.002 + 0.002 + tuning.interpolate(costs["forward"], 3))
+    assert rows[4]["seconds"] == pytest.approx(0.003 + 0.002 + 0.016)
+    assert tuning.overhead_at(costs, "eagle2", 1) == pytest.approx(0.0002)
+    assert tuning.overhead_at(costs, "eagle3", 4) == 0.5  # no measurement by size: the one number
+
+
+def test_shortlist_takes_three_kinds_of_tree():
+    ranked = [dict(depth=5, total_tokens=64, min_prob=0.2, tok_s=9), dict(depth=6, total_tokens=64, min_prob=0.2, tok_s=8),
+              dict(depth=1, total_tokens=3, tok_s=7), dict(depth=1, total_tokens=2, tok_s=6), dict(depth=2, total_tokens=2, tok_s=5)]
+    assert tuning.shortlist(ranked) == [ranked[0], ranked[2], ranked[3]]
+    assert tuning.shortlist(ranked[3:]) == [ranked[3]]  # the best is already fixed-size and 2 nodes
+
+
+def test_tuned_tree_picks_the_fastest_measured_tree_and_caches_the_pick(target, monkeypatch, tmp_path):
+    """The model ranks, the timing decides: the shortlist is timed once per device and profile."""
+    from specviz.heads.io import shipped_head_dir
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    profile = {"kind": "dynamic", "max_depth": 2, "n_max": 4, "top_k": 8, "samples": 100, "date": "2026-01-01",
+               "prompts": 12, "tau": [[1.0, 1.4, 1.5, 1.6], [1.0, 1.5, 1.9, 2.3]]}
+    costs = {"forward": {"1": 0.010, "4": 0.012}, "draft.eagle3": {"1": 0.001, "2": 0.002}, "overhead": 0.001}
+    monkeypatch.setattr(tuning, "load_profile", lambda folder, method: dict(profile))
+    monkeypatch.setattr(tuning, "device_costs", lambda *a, **k: costs)
+    timed = []
+
+    def fake_time(target_, drafter, prof, cands, prompts, max_new_tokens):
+        timed.append([(c["depth"], c["total_tokens"]) for c in cands])
+        # the model's favourite (depth 2, 4 nodes) turns out slower here than the 2-node tree
+        out = [dict(c, measured_tok_s=100.0 if c["total_tokens"] == 4 else 120.0, measured_tau=1.25) for c in cands]
+        return out, dict(tok_s=110.0)
+
+    monkeypatch.setattr(tuning, "time_candidates", fake_time)
+    folder = shipped_head_dir(target.model.name, "eagle3")
+    best = tuning.tuned_tree(target, "eagle3", folder, build=lambda: object())
+    assert timed == [[(2, 4), (1, 2)]]  # the model's best (fixed size already), and its best 2-node tree
+    assert (best["depth"], best["total_tokens"]) == (1, 2)
+    assert (best["tok_s"], best["tau"], best["vanilla_tok_s"]) == (120.0, 1.25, 110.0)  # measured, not predicted
+    assert best["model_tau"] == 1.4
+    assert tuning.tuned_tree(target, "eagle3", folder, build=lambda: pytest.fail("timed twice")) == best
+    profile["date"] = "2026-02-02"  # a refreshed head: timed again
+    tuning.tuned_tree(target, "eagle3", folder, build=lambda: object())
+    assert len(timed) == 2
+
+
+def test_time_candidates_runs_each_tree_against_vanilla(target):
+    """Real rounds: each candidate's tree shape is applied (a 2-node tree never accepts more than
+    one draft per round) and vanilla is timed beside them."""
+    from specviz.methods import make_drafter
+
+    profile = {"kind": "dynamic", "top_k": 8}
+    cands = [dict(depth=3, total_tokens=8), dict(depth=1, total_tokens=2)]
+    drafter = make_drafter("eagle3", target, tree_size="paper")
+    out, vanilla = tuning.time_candidates(target, drafter, profile, cands, EXAMPLE_PROMPTS[:2], 16)
+    assert [(c["depth"], c["total_tokens"]) for c in out] == [(3, 8), (1, 2)]
+    assert all(c["measured_tok_s"] > 0 for c in out) and vanilla["tok_s"] > 0
+    assert 1.0 <= out[1]["measured_tau"] <= 2.0 and 1.0 <= out[0]["measured_tau"] <= 4.0
+    assert out[0]["measured_tau"] > out[1]["measured_tau"]  # the deeper tree accepts more on these prompts
+
+
 def test_rank_trees_prices_floored_trees_round_by_round():
     """A floored profile entry costs the mean of its recorded rounds, each at its own drafting
     cost (levels, width) and tree size; it wins where the head's sureness pays."""
@@ -251,6 +318,10 @@ def test_costs_are_measured_once_and_cached(target, tmp_path, monkeypatch):
     small = {f"{d}:{n}" for d in (1, 2) for n in range(2, 9)}
     assert set(c1["forward"]) == {"1", "2", "4", "8"} and set(c1["draft.eagle2"]) == {"1", "2"} | small
     assert all(v > 0 for v in c1["forward"].values()) and c1["overhead"] >= 0
+    # the engine's other cost per round, by tree size (1: vanilla), from real rounds; the timing
+    # wrappers are gone from the model afterwards
+    assert set(c1["overhead.eagle2"]) == {"1", "2", "4", "8"} and all(v >= 0 for v in c1["overhead.eagle2"].values())
+    assert "forward" not in vars(target.model) and "logits" not in vars(target.model)
     c2 = tuning.device_costs(target, "eagle2", profile, build=lambda: pytest.fail("measured twice"))
     assert calls[n_calls:] == [(1,)]  # only the one-token check that the cached costs still hold
     assert c2 == json.loads(json.dumps(c1))
@@ -315,7 +386,9 @@ def test_the_tuners_pass_times_price_the_lm_head_rows_a_round_computes(target, m
     real = model.logits
     monkeypatch.setattr(model, "logits", lambda x, *a, **k: rows.append(x.numel() // x.shape[-1]) or real(x, *a, **k))
     pass_times(model, (1, 2, 8), context=16, repeats=1, head_rows=3)
-    assert rows == [16, 1, 1, 2, 2, 3, 3]  # the context, then a warm-up and a timed pass per size
+    # the context, a warm-up round over every size, then timed rounds with the sizes taking turns (each
+    # round starts one size further on): a drift in the machine's speed then hits every size alike
+    assert rows == [16, 1, 2, 3, 2, 3, 1]
     rows.clear()
     times = pass_times(model, (8,), context=16, repeats=2)  # a whole pass: the LM head over every row
     assert rows == [16, 8, 8, 8] and len(times[8]) == 2

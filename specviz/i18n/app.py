@@ -46,18 +46,21 @@ STRINGS: dict[str, tuple[str, str]] = {
                      "min(1, p(x)/q(x)) 被保留，平均等于 p 与 q 的重叠：保留得更多。两者的输出都与目标模型完全一致。"
                      "贪心解码（T = 0）两者相同。"),
     "sb.tune": ("Tune the tree for this machine", "为本机调优草稿树"),
-    "sb.tune_help": ("Picks depth and size that maximise expected tokens/s: the head's measured acceptance "
-                     "for every tree size, divided by this machine's measured time per round.",
-                     "选择使预期每秒词元数最大的深度和大小：草稿头在每种树大小下实测的接受长度，除以本机实测的每轮耗时。"),
-    "sb.tune_measuring": ("Measuring this machine's forward and drafting costs (once)...", "正在测量本机的前向与起草耗时（仅一次）……"),
+    "sb.tune_help": ("Picks depth and size that maximise tokens/s: the head's measured acceptance for every tree "
+                     "size, divided by this machine's measured time per round, ranks the trees; the best few and "
+                     "vanilla are then timed on built-in prompts and the fastest wins.",
+                     "选择使每秒词元数最大的深度和大小：用草稿头在每种树大小下实测的接受长度除以本机实测的每轮耗时为各棵树排序；"
+                     "再在内置提示上实测排名靠前的几棵树与普通解码，取最快的一棵。"),
+    "sb.tune_measuring": ("Measuring this machine's forward and drafting costs and timing the best trees (once)...",
+                          "正在测量本机的前向与起草耗时并实测最佳的几棵树（仅一次）……"),
     "sb.tune_none": ("This head ships no acceptance profile: run `python -m specviz.tuning profile`.",
                      "该草稿头没有接受率档案：请运行 `python -m specviz.tuning profile`。"),
-    "sb.tune_done": ("Tuned: depth {depth}, {n} nodes, expected tau {tau:.2f} -> {tps:.1f} tok/s here (vanilla {van:.1f}).",
-                     "已调优：深度 {depth}，{n} 个节点，预期 tau {tau:.2f} -> 本机约 {tps:.1f} 词元/秒（普通解码 {van:.1f}）。"),
-    "sb.tune_done_floor": ("Tuned: depth {depth}, paths at least {p:.2f} likely (a tree as large as the head is sure), expected "
-                           "tau {tau:.2f} -> {tps:.1f} tok/s here (vanilla {van:.1f}).",
-                           "已调优：深度 {depth}，只保留概率不低于 {p:.2f} 的路径（草稿头有多大把握，树就多大），预期 tau {tau:.2f} "
-                           "-> 本机约 {tps:.1f} 词元/秒（普通解码 {van:.1f}）。"),
+    "sb.tune_done": ("Tuned: depth {depth}, {n} nodes: tau {tau:.2f}, {tps:.1f} tok/s measured here on built-in prompts (vanilla {van:.1f}).",
+                     "已调优：深度 {depth}，{n} 个节点：在本机内置提示上实测 tau {tau:.2f}、{tps:.1f} 词元/秒（普通解码 {van:.1f}）。"),
+    "sb.tune_done_floor": ("Tuned: depth {depth}, paths at least {p:.2f} likely (a tree as large as the head is sure): tau "
+                           "{tau:.2f}, {tps:.1f} tok/s measured here on built-in prompts (vanilla {van:.1f}).",
+                           "已调优：深度 {depth}，只保留概率不低于 {p:.2f} 的路径（草稿头有多大把握，树就多大）：在本机内置提示上实测 "
+                           "tau {tau:.2f}、{tps:.1f} 词元/秒（普通解码 {van:.1f}）。"),
     "sb.pld_ngram": ("PLD: longest n-gram to match", "PLD：最长匹配 n-gram"),
     "sb.pld_tokens": ("PLD: tokens to copy", "PLD：复制的 token 数"),
     "sb.seed": ("Seed", "随机种子"),

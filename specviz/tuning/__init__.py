@@ -10,10 +10,13 @@ Two measurements, kept apart because they change for different reasons:
   (EAGLE-1, Medusa) rank their nodes by how often each was on the target's path, so a smaller
   static tree keeps the nodes that earn the most.
 * the device's **costs** (measured once, cached per device, precision and model in the user
-  cache): the target's forward time for n tree tokens after a few hundred cached ones, the
-  drafter's time per round at each size, and the engine's fixed cost per round.
+  cache): the target's forward time for n tree tokens after a few hundred cached ones (sizes
+  timed in turns), and, from real rounds of the engine, the drafter's time at each tree shape
+  and the engine's other cost per round at each size.
 
-The choice maximises tau(N, d) / (overhead + draft(N, d) + forward(N)). Dynamic trees are also
+The model ranks every tree by tau(N, d) / (overhead(N) + draft(N, d) + forward(N)); its best few
+(`shortlist`) and vanilla are then timed on a few built-in prompts and the fastest measured tree
+is the choice (cached with the costs). Dynamic trees are also
 profiled with a floor on the path probability (`min_prob`, tree.build_dynamic_tree): the tree is
 then as large as the head is sure, so each round's size varies and the profile keeps, per floor
 and depth, how often each (levels drafted, frontier width, tree size) occurred, to price it.
@@ -43,8 +46,9 @@ GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 64)
 MAX_DEPTH = 8  # deepest dynamic tree profiled
 MIN_PROBS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8)  # path-probability floors profiled
 PROFILE_FILE = "tree_profile.json"
-COSTS_VERSION = 3  # 2: drafting timed right after a target pass (cold caches), as in a real round;
-# 3: the pass with the LM head over the rows the engine computes (root + likely path), not all of them
+COSTS_VERSION = 4  # 2: drafting timed right after a target pass (cold caches), as in a real round;
+# 3: the pass with the LM head over the rows the engine computes (root + likely path), not all of them;
+# 4: sizes (and drafting configs) timed in turns, and the engine's per-round cost measured by tree size
 STALE_FACTOR = 2.0  # cached one-token pass more than this many times slower than now: measured busy
 
 
@@ -228,34 +232,99 @@ def save_profile(head_dir, profile: dict) -> Path:
 
 
 # ----------------------------------------------------------------------------- drafting costs
-@torch.no_grad()
-def _draft_and_overhead(target, drafter, configure, configs, forward: dict, repeats: int = 3) -> tuple[dict, float]:
-    """Median seconds of one `propose` per config, and the engine's fixed cost per round (round
-    time minus drafting minus the measured `forward` curve)."""
-    dec = SpeculativeDecoder(target, drafter, seed=0, detail=False)
-    dec.start(EXAMPLE_PROMPTS[0], 64)
-    rounds = [dec.step() for _ in range(3)]  # steady state: a few accepted tokens pending
-    overhead = [max(0.0, r.total_time_s - r.draft_time_s - interpolate(forward, len(r.nodes))) for r in rounds[1:]]
-    params = SamplingParams()
-    flush = torch.zeros(1, target.model.cfg.hidden_size, dtype=target.model.dtype, device=target.model.device)
-    out = {}
-    for cfg in configs:
-        configure(cfg)
-        times = []
-        for _ in range(repeats + 1):
-            snap = drafter.snapshot()
-            # as in a real round, the target's weights have just streamed through the caches and
-            # pushed the head's out: drafting right after that costs ~0.5 ms more per level here
-            # than a warm loop of proposals (which picked trees too deep for this CPU)
-            target.model.weight_pass(flush)
-            sync(target.model)
+OVERHEAD_SIZES = (2, 4, 8, 16, 24)  # tree sizes whose per-round engine cost is kept (and 1: vanilla)
+
+
+class _RootOnly:
+    """A vanilla drafter, for timing vanilla rounds beside the method's."""
+
+    name, taps, sampled = "vanilla", (), False
+
+    def reset(self, context, taps):
+        pass
+
+    def commit(self, processed, taps):
+        pass
+
+    def propose(self, context, root, params, generator):
+        return DraftTree(tokens=[int(root)], parents=[-1], q=[1.0])
+
+
+class _PassClock:
+    """Times, per round, the target pass and its first LM-head call (what the forward curve prices)
+    by wrapping the model's two methods on the instance while a measurement runs."""
+
+    def __init__(self, model):
+        self.model, self.spent, self.heads = model, 0.0, 0
+
+    def _timed(self, fn, head: bool):
+        def run(*a, **k):
+            if head and self.heads:  # later LM-head calls (rows past the prefetched ones) are overhead
+                return fn(*a, **k)
+            sync(self.model)
             t0 = time.perf_counter()
-            drafter.propose(dec.context, dec.root, params, dec.generator)
-            sync(target.model)
-            times.append(time.perf_counter() - t0)
-            drafter.restore(snap)
-        out[cfg] = statistics.median(times[1:])
-    return out, statistics.median(overhead)
+            out = fn(*a, **k)
+            sync(self.model)
+            self.spent += time.perf_counter() - t0
+            self.heads += head
+            return out
+        return run
+
+    def __enter__(self):
+        self.model.forward = self._timed(type(self.model).forward.__get__(self.model), False)
+        self.model.logits = self._timed(type(self.model).logits.__get__(self.model), True)
+        return self
+
+    def __exit__(self, *exc):
+        del self.model.forward, self.model.logits
+
+    def lap(self) -> float:
+        spent, self.spent, self.heads = self.spent, 0.0, 0
+        return spent
+
+
+@torch.no_grad()
+def _round_costs(target, drafter, configure, configs: list, sizes: dict, rounds: int = 6) -> tuple[dict, dict]:
+    """Drafting seconds per config and the engine's other cost per round by tree size, both from
+    real rounds of the engine (a short built-in prompt, decoded again whenever it ends), every
+    config and vanilla taking turns (a warm-up turn first; each timed turn starts one further on) so
+    that a drift in the machine's speed hits all alike.
+
+    Why real rounds: the head's weights are cold after the target's pass, and proposals timed in a
+    loop are ~3x cheaper than that; with the caches flushed by a bare weight pass instead they came
+    out ~0.4 ms dearer than the same proposal inside a round. The other cost ("overhead": LM-head rows
+    past the prefetched ones, the acceptance walk, the commits, the trace) is the round minus its
+    drafting, its target pass and that pass's first LM-head call (what the forward curve prices);
+    "1" is a vanilla round's. It grows with the tree (~1 ms from 2 to 24 nodes here); one number
+    taken at the papers' tree as round minus the curve came out 0 and priced every tree alike.
+    `sizes`: tree size -> the config whose rounds give it."""
+    order = [None, *dict.fromkeys([*configs, *sizes.values()])]  # None: a vanilla round
+    dec, vanilla = None, None
+    draft, other = {c: [] for c in order}, {c: [] for c in order}
+    with _PassClock(target.model) as clock:
+        for r in range(rounds + 1):
+            k = r % len(order)
+            for cfg in order[k:] + order[:k]:
+                run = vanilla if cfg is None else dec
+                if run is None or run.done:  # (a new decoder's prefill and first round are not timed)
+                    run = SpeculativeDecoder(target, _RootOnly() if cfg is None else drafter, seed=0, detail=False)
+                    run.start(EXAMPLE_PROMPTS[0], 96)
+                    run.step()
+                    if cfg is None:
+                        vanilla = run
+                    else:
+                        dec = run
+                if cfg is not None:
+                    configure(cfg)
+                clock.lap()
+                t = run.step()
+                passes = clock.lap()
+                if r:
+                    draft[cfg].append(t.draft_time_s)
+                    other[cfg].append(max(0.0, t.total_time_s - t.draft_time_s - passes))
+    drafts = {c: statistics.median(draft[c]) for c in configs}
+    over = {"1": statistics.median(other[None]), **{str(n): statistics.median(other[c]) for n, c in sizes.items()}}
+    return drafts, over
 
 
 def cost_file(model) -> Path:
@@ -308,7 +377,7 @@ def device_costs(target, method: str, profile: dict, remeasure: bool = False, lo
             log("measuring the target's forward cost for 1..64 tree tokens on this device (once)")
         # the LM head only over the rows a round computes up front (engine.PREFETCH_ROWS): over all n
         # rows it cost a 24-node tree ~4 ms more here than the engine ever spends
-        curve = forward_curve(model, GRID, context=256, repeats=3, head_rows=PREFETCH_ROWS)
+        curve = forward_curve(model, GRID, context=256, repeats=5, head_rows=PREFETCH_ROWS)
         data["forward"] = {str(n): t for n, t in curve.items()}
         data["machine"], data["date"] = machine(), dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         data["runtime"] = runtime_id(model)
@@ -331,6 +400,8 @@ def device_costs(target, method: str, profile: dict, remeasure: bool = False, lo
             small = range(2, min(profile.get("top_k", drafter.top_k), profile["n_max"]) + 1)
             configs = [str(d) for d in range(1, profile["max_depth"] + 1)]
             configs += [f"{d}:{n}" for d in range(1, profile["max_depth"] + 1) for n in small]
+            top = profile.get("top_k", drafter.top_k)
+            sizes = {n: f"1:{n}" if n <= top + 1 else f"3:{n}" for n in OVERHEAD_SIZES if n <= profile["n_max"]}
         else:
             attr = "static_tree" if hasattr(drafter, "static_tree") else "tree"
 
@@ -338,39 +409,55 @@ def device_costs(target, method: str, profile: dict, remeasure: bool = False, lo
                 setattr(drafter, attr, profile["paths"][: n - 1])
 
             configs = list(range(2, len(profile["paths"]) + 2))
-        costs, overhead = _draft_and_overhead(target, drafter, configure, configs, data["forward"])
-        data[key] = {str(k): v for k, v in costs.items()}
-        data.setdefault("overhead", overhead)
+            sizes = {n: n for n in OVERHEAD_SIZES if n <= len(profile["paths"]) + 1}
+        drafts, over = _round_costs(target, drafter, configure, configs, sizes)
+        data[key] = {str(k): v for k, v in drafts.items()}
+        data[f"overhead.{method}"] = over
+        # one number for the what-if page: a small tree's round (the size a CPU ends up tuned to)
+        data.setdefault("overhead", over.get("2", over["1"]))
         changed = True
     if changed:
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text(json.dumps(data, indent=1))
+        _save_costs(model, data)
     return data
+
+
+def _save_costs(model, data: dict) -> None:
+    f = cost_file(model)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(json.dumps(data, indent=1))
 
 
 # ----------------------------------------------------------------------------- the choice
 def rank_trees(profile: dict, costs: dict, method: str) -> list[dict]:
     """Every candidate tree with its expected tau, seconds per round and tokens per second."""
-    fwd, draft, over = costs["forward"], costs[f"draft.{method}"], float(costs["overhead"])
+    fwd, draft = costs["forward"], costs[f"draft.{method}"]
+    over = lambda n: overhead_at(costs, method, n)  # noqa: E731
     out = []
     if profile["kind"] == "dynamic":
         for d in range(1, profile["max_depth"] + 1):
             for n in range(2, profile["n_max"] + 1):
                 tau = profile["tau"][d - 1][n - 1]
-                sec = over + float(draft.get(f"{d}:{n}", draft[str(d)])) + interpolate(fwd, n)
+                sec = over(n) + float(draft.get(f"{d}:{n}", draft[str(d)])) + interpolate(fwd, n)
                 out.append(dict(depth=d, total_tokens=n, tau=tau, seconds=sec, tok_s=tau / sec))
         for f in profile.get("floors", []):
             # the mean round: each recorded (levels drafted, frontier width, size) at its own cost
-            sec = over + sum(c * (_floor_draft(draft, levels, width) + interpolate(fwd, size))
+            sec = sum(c * (over(size) + _floor_draft(draft, levels, width) + interpolate(fwd, size))
                              for levels, width, size, c in f["rounds"]) / profile["samples"]
             out.append(dict(depth=f["depth"], total_tokens=profile["n_max"], min_prob=f["min_prob"], tau=f["tau"],
                             seconds=sec, tok_s=f["tau"] / sec))
     else:
         for n in range(2, len(profile["paths"]) + 2):
             tau = profile["tau"][n - 1]
-            sec = over + float(draft[str(n)]) + interpolate(fwd, n)
+            sec = over(n) + float(draft[str(n)]) + interpolate(fwd, n)
             out.append(dict(total_tokens=n, tau=tau, seconds=sec, tok_s=tau / sec))
     return sorted(out, key=lambda r: -r["tok_s"])
+
+
+def overhead_at(costs: dict, method: str, n: int) -> float:
+    """The engine's per-round cost outside drafting and the forward pass for an n-node tree
+    (n = 1: a vanilla round), from the method's costs by size; older cost files: one number."""
+    by_size = costs.get(f"overhead.{method}")
+    return interpolate(by_size, n) if isinstance(by_size, dict) and by_size else float(costs.get("overhead", 0.0))
 
 
 def _floor_draft(draft: dict, levels: int, width: int) -> float:
@@ -387,18 +474,86 @@ def _profile_dir(model_name: str, method: str) -> Path | None:
     return None
 
 
+SHORTLIST_PROMPTS, SHORTLIST_TOKENS = 8, 64  # the built-in prompts the shortlisted trees are timed on
+
+
+def profile_id(profile: dict) -> str:
+    """Which profile a cached pick was made from (a refreshed head gets a new one)."""
+    return f"{profile.get('date')}/{profile.get('samples')}/{profile.get('prompts')}"
+
+
+def shortlist(ranked: list[dict]) -> list[dict]:
+    """The model's best tree, its best tree of a fixed size (no probability floor) and its best
+    2-node tree: three kinds whose predictions fail differently, timed before one is picked."""
+    picks = [ranked[0]]
+    for kind in (lambda r: "min_prob" not in r, lambda r: r["total_tokens"] == 2 and "min_prob" not in r):
+        r = next((r for r in ranked if kind(r)), None)
+        if r is not None and r not in picks:
+            picks.append(r)
+    return picks
+
+
+def _shape(drafter, profile: dict, cand: dict) -> None:
+    """Give `drafter` the tree of a ranked candidate."""
+    if profile["kind"] == "dynamic":
+        drafter.depth, drafter.total_tokens, drafter.top_k = cand["depth"], cand["total_tokens"], profile["top_k"]
+        drafter.min_prob = float(cand.get("min_prob", 0.0))
+    else:
+        setattr(drafter, "static_tree" if hasattr(drafter, "static_tree") else "tree",
+                profile["paths"][: cand["total_tokens"] - 1])
+
+
+@torch.no_grad()
+def time_candidates(target, drafter, profile: dict, cands: list[dict], prompts, max_new_tokens: int) -> tuple[list, dict]:
+    """Decode-time tokens/s and tau of each candidate tree and of vanilla (greedy), the prompts
+    taking turns and each prompt starting one method further on."""
+    runs = [*cands, None]  # None: vanilla
+    secs, toks, rounds = [0.0] * len(runs), [0] * len(runs), [0] * len(runs)
+    for j, prompt in enumerate(prompts):
+        k = j % len(runs)
+        for i in [*range(k, len(runs)), *range(k)]:
+            if runs[i] is not None:
+                _shape(drafter, profile, runs[i])
+            dec = SpeculativeDecoder(target, drafter if runs[i] is not None else _RootOnly(), seed=0, detail=False)
+            dec.start(prompt, max_new_tokens)
+            while not dec.done:
+                t = dec.step()
+                secs[i], toks[i], rounds[i] = secs[i] + t.total_time_s, toks[i] + len(t.committed), rounds[i] + 1
+    out = [dict(c, measured_tok_s=toks[i] / secs[i], measured_tau=toks[i] / rounds[i]) for i, c in enumerate(cands)]
+    return out, dict(tok_s=toks[-1] / secs[-1])
+
+
 def tuned_tree(target, method: str, head_dir=None, log=None, build=None) -> dict | None:
-    """The best tree for `method` here (its head's shipped profile x this device's costs), or None
-    when the head ships no profile. `head_dir`: default, the shipped folder holding the method's
-    profile; `build`: see `device_costs` (specviz.methods.tuned_tree passes both)."""
+    """The best tree for `method` here, or None when the head ships no profile. The head's shipped
+    profile x this device's costs rank every tree; the shortlist (`shortlist`) and vanilla are then
+    timed on real rounds of a few built-in prompts (once per device and profile, cached with the
+    costs) and the fastest measured tree wins. Why both: the model is cheap and covers every size,
+    but its errors (~0.5 ms a round, a few % of tau) are as large as the differences between the
+    best trees on a CPU, where it once picked a tree 10% slower than a 2-node one.
+    `head_dir`: default, the shipped folder holding the method's profile; `build`: see
+    `device_costs` (specviz.methods.tuned_tree passes both)."""
     head_dir = head_dir or _profile_dir(target.model.name, method)
     profile = load_profile(head_dir, method) if head_dir else None
     if profile is None:
         return None
     costs = device_costs(target, method, profile, log=log, build=build)
-    best = rank_trees(profile, costs, method)[0]
-    vanilla = 1.0 / (float(costs["overhead"]) + interpolate(costs["forward"], 1))
-    best = dict(best, vanilla_tok_s=vanilla, kind=profile["kind"])
+    ranked = rank_trees(profile, costs, method)
+    pick = costs.get(f"pick.{method}")
+    if not isinstance(pick, dict) or pick.get("profile") != profile_id(profile):
+        if build is None:
+            raise SpecVizError(f"Timing {method}'s best trees needs its drafter: use specviz.methods.tuned_tree.")
+        if log:
+            log(f"timing {method}'s best trees against vanilla on this device (once)")
+        cands, vanilla = time_candidates(target, build(), profile, shortlist(ranked),
+                                         EXAMPLE_PROMPTS[:SHORTLIST_PROMPTS], SHORTLIST_TOKENS)
+        pick = dict(profile=profile_id(profile), candidates=cands, vanilla_tok_s=vanilla["tok_s"],
+                    prompts=SHORTLIST_PROMPTS, max_new_tokens=SHORTLIST_TOKENS)
+        costs[f"pick.{method}"] = pick
+        _save_costs(target.model, costs)
+    best = max(pick["candidates"], key=lambda c: c["measured_tok_s"])
+    # what the pages say is measured: tau and tokens/s of the timed runs (the model's guesses kept beside)
+    best = dict(best, model_tau=best["tau"], model_tok_s=best["tok_s"], tau=best["measured_tau"],
+                tok_s=best["measured_tok_s"], vanilla_tok_s=pick["vanilla_tok_s"], kind=profile["kind"])
     if profile["kind"] == "static":
         best["paths"] = profile["paths"][: best["total_tokens"] - 1]
     else:
