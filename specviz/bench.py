@@ -158,7 +158,7 @@ def describe_tree(drafter) -> dict | None:
     the model's predictions) or fixed."""
     t = getattr(drafter, "tuning", None)
     if t:
-        keep = ("kind", "depth", "total_tokens", "min_prob", "tau", "tok_s", "vanilla_tok_s", "model_tau", "model_tok_s")
+        keep = ("kind", "depth", "total_tokens", "min_prob", "tau", "tok_s", "vanilla_tok_s", "speedup", "model_tau", "model_tok_s")
         return {"source": "device-tuned", **{k: t[k] for k in keep if k in t}, "draw": getattr(drafter, "draw", "top")}
     if getattr(drafter, "tree_kind", None) == "dynamic":
         out = {"source": "fixed", "kind": "dynamic", "depth": drafter.depth, "total_tokens": drafter.total_tokens}

@@ -45,7 +45,8 @@ def pinned_costs(monkeypatch):
     def pin(costs: dict):
         def predicted(target, drafter, profile, cands, prompts, max_new_tokens):
             vanilla = 1.0 / (float(costs.get("overhead", 0.0)) + tuning.interpolate(costs["forward"], 1))
-            return [dict(c, measured_tok_s=c["tok_s"], measured_tau=c["tau"]) for c in cands], dict(tok_s=vanilla)
+            return ([dict(c, measured_tok_s=c["tok_s"], measured_tau=c["tau"], speedup=c["tok_s"] / vanilla) for c in cands],
+                    dict(tok_s=vanilla))
 
         monkeypatch.setattr(tuning, "device_costs", lambda *a, **k: costs)
         monkeypatch.setattr(tuning, "time_candidates", predicted)

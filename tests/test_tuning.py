@@ -158,7 +158,8 @@ def test_tuned_tree_picks_the_fastest_measured_tree_and_caches_the_pick(target, 
     def fake_time(target_, drafter, prof, cands, prompts, max_new_tokens):
         timed.append([(c["depth"], c["total_tokens"]) for c in cands])
         # the model's favourite (depth 2, 4 nodes) turns out slower here than the 2-node tree
-        out = [dict(c, measured_tok_s=100.0 if c["total_tokens"] == 4 else 120.0, measured_tau=1.25) for c in cands]
+        out = [dict(c, measured_tok_s=100.0 if c["total_tokens"] == 4 else 120.0, measured_tau=1.25,
+                    speedup=0.9 if c["total_tokens"] == 4 else 1.1) for c in cands]
         return out, dict(tok_s=110.0)
 
     monkeypatch.setattr(tuning, "time_candidates", fake_time)
@@ -166,7 +167,7 @@ def test_tuned_tree_picks_the_fastest_measured_tree_and_caches_the_pick(target, 
     best = tuning.tuned_tree(target, "eagle3", folder, build=lambda: object())
     assert timed == [[(2, 4), (1, 2)]]  # the model's best (fixed size already), and its best 2-node tree
     assert (best["depth"], best["total_tokens"]) == (1, 2)
-    assert (best["tok_s"], best["tau"], best["vanilla_tok_s"]) == (120.0, 1.25, 110.0)  # measured, not predicted
+    assert (best["tok_s"], best["tau"], best["vanilla_tok_s"], best["speedup"]) == (120.0, 1.25, 110.0, 1.1)  # measured
     assert best["model_tau"] == 1.4
     assert tuning.tuned_tree(target, "eagle3", folder, build=lambda: pytest.fail("timed twice")) == best
     profile["date"] = "2026-02-02"  # a refreshed head: timed again
@@ -184,7 +185,7 @@ def test_time_candidates_runs_each_tree_against_vanilla(target):
     drafter = make_drafter("eagle3", target, tree_size="paper")
     out, vanilla = tuning.time_candidates(target, drafter, profile, cands, EXAMPLE_PROMPTS[:2], 16)
     assert [(c["depth"], c["total_tokens"]) for c in out] == [(3, 8), (1, 2)]
-    assert all(c["measured_tok_s"] > 0 for c in out) and vanilla["tok_s"] > 0
+    assert all(c["measured_tok_s"] > 0 and c["speedup"] > 0 for c in out) and vanilla["tok_s"] > 0
     assert 1.0 <= out[1]["measured_tau"] <= 2.0 and 1.0 <= out[0]["measured_tau"] <= 4.0
     assert out[0]["measured_tau"] > out[1]["measured_tau"]  # the deeper tree accepts more on these prompts
 

@@ -55,12 +55,12 @@ STRINGS: dict[str, tuple[str, str]] = {
                           "正在测量本机的前向与起草耗时并实测最佳的几棵树（仅一次）……"),
     "sb.tune_none": ("This head ships no acceptance profile: run `python -m specviz.tuning profile`.",
                      "该草稿头没有接受率档案：请运行 `python -m specviz.tuning profile`。"),
-    "sb.tune_done": ("Tuned: depth {depth}, {n} nodes: tau {tau:.2f}, {tps:.1f} tok/s measured here on built-in prompts (vanilla {van:.1f}).",
-                     "已调优：深度 {depth}，{n} 个节点：在本机内置提示上实测 tau {tau:.2f}、{tps:.1f} 词元/秒（普通解码 {van:.1f}）。"),
+    "sb.tune_done": ("Tuned: depth {depth}, {n} nodes: tau {tau:.2f}, {tps:.1f} tok/s measured here on built-in prompts (vanilla {van:.1f}; {sp:.2f}x, paired by prompt).",
+                     "已调优：深度 {depth}，{n} 个节点：在本机内置提示上实测 tau {tau:.2f}、{tps:.1f} 词元/秒（普通解码 {van:.1f}；逐提示配对为 {sp:.2f} 倍）。"),
     "sb.tune_done_floor": ("Tuned: depth {depth}, paths at least {p:.2f} likely (a tree as large as the head is sure): tau "
-                           "{tau:.2f}, {tps:.1f} tok/s measured here on built-in prompts (vanilla {van:.1f}).",
+                           "{tau:.2f}, {tps:.1f} tok/s measured here on built-in prompts (vanilla {van:.1f}; {sp:.2f}x, paired by prompt).",
                            "已调优：深度 {depth}，只保留概率不低于 {p:.2f} 的路径（草稿头有多大把握，树就多大）：在本机内置提示上实测 "
-                           "tau {tau:.2f}、{tps:.1f} 词元/秒（普通解码 {van:.1f}）。"),
+                           "tau {tau:.2f}、{tps:.1f} 词元/秒（普通解码 {van:.1f}；逐提示配对为 {sp:.2f} 倍）。"),
     "sb.pld_ngram": ("PLD: longest n-gram to match", "PLD：最长匹配 n-gram"),
     "sb.pld_tokens": ("PLD: tokens to copy", "PLD：复制的 token 数"),
     "sb.seed": ("Seed", "随机种子"),
