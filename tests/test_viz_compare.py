@@ -44,6 +44,10 @@ def test_whatif_speedup_formula():
     assert ns == [2, 3] and sp[0] == pytest.approx(1.5 * 0.004 / (vc.interp_curve(fwd, 2) + 0.001))
     fig = vc.whatif_figure({"EAGLE-3 · this machine": (ns, sp)}, "en")
     assert list(fig.data[0].y) == sp
+    # the engine's other cost measured by tree size: vanilla pays size 1's, a tree its own size's
+    ns, sp = vc.whatif_series(([1, 2, 3], [1.0, 1.5, 1.8]), fwd, lambda n: 0.001, {"1": 0.0005, "3": 0.0025})
+    assert sp[0] == pytest.approx(1.5 * (0.004 + 0.0005) / (vc.interp_curve(fwd, 2) + 0.001 + 0.0015))
+    assert sp[1] == pytest.approx(1.8 * (0.004 + 0.0005) / (vc.interp_curve(fwd, 3) + 0.001 + 0.0025))
 
 
 def test_outcome_probability_is_the_product_along_the_path():

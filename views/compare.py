@@ -273,7 +273,9 @@ with tab_whatif:
                 else:
                     def d_s(n, draft=draft):
                         return float(draft.get(str(n), draft[max(draft, key=lambda k: int(k))]))
-                ns, sp = whatif_series(curves[m], fwd, d_s, float(cst.get("overhead", over)))
+                by_size = cst.get(f"overhead.{m}")  # the engine's other cost by tree size, where measured
+                ns, sp = whatif_series(curves[m], fwd, d_s, by_size if isinstance(by_size, dict) and by_size
+                                       else float(cst.get("overhead", over)))
                 name = f"{method_label(m)} · {mname}"
                 series[name], dash[name], colors[name] = (ns, sp), style, METHOD_COLORS[m]
                 k = max(range(len(sp)), key=lambda i: sp[i])

@@ -105,19 +105,24 @@ def interp_curve(curve: dict, n: float) -> float:
     return ys[-1] + (ys[-1] - ys[-2]) * (n - xs[-1]) / (xs[-1] - xs[-2])
 
 
-def whatif_speedup(tau: float, t1: float, tn: float, t_draft: float = 0.0, overhead: float = 0.0) -> float:
+def whatif_speedup(tau: float, t1: float, tn: float, t_draft: float = 0.0, overhead: float = 0.0,
+                   overhead_1: float | None = None) -> float:
     """Predicted speedup over vanilla: tau tokens per round of t(N) + t_draft, against one token
-    per vanilla step of t(1) (both plus the engine's fixed cost per round)."""
+    per vanilla step of t(1) (both plus the engine's other cost per round: `overhead` for the
+    tree's round, `overhead_1` for vanilla's, default the same)."""
     denom = tn + t_draft + overhead
-    return float(tau * (t1 + overhead) / denom) if denom > 0 else float("nan")
+    van = t1 + (overhead if overhead_1 is None else overhead_1)
+    return float(tau * van / denom) if denom > 0 else float("nan")
 
 
-def whatif_series(curve: tuple[list[int], list[float]], forward: dict, draft_s, overhead: float = 0.0,
+def whatif_series(curve: tuple[list[int], list[float]], forward: dict, draft_s, overhead: float | dict = 0.0,
                   sizes: list[int] | None = None) -> tuple[list[int], list[float]]:
-    """Predicted speedup at every tree size; `draft_s(n)` gives the drafting seconds at size n."""
+    """Predicted speedup at every tree size; `draft_s(n)` gives the drafting seconds at size n;
+    `overhead`: one number, or the engine's other cost measured by tree size ({n: s}, "1" vanilla's)."""
     ns = sizes or [n for n in curve[0] if n >= 2]
     t1 = interp_curve(forward, 1)
-    return ns, [whatif_speedup(tau_at(curve, n), t1, interp_curve(forward, n), draft_s(n), overhead) for n in ns]
+    over = (lambda n: interp_curve(overhead, n)) if isinstance(overhead, dict) else (lambda n: float(overhead))  # noqa: E731
+    return ns, [whatif_speedup(tau_at(curve, n), t1, interp_curve(forward, n), draft_s(n), over(n), over(1)) for n in ns]
 
 
 def whatif_figure(series: dict[str, tuple[list[int], list[float]]], lang: str = "en", dash: dict[str, str] | None = None,
