@@ -39,7 +39,6 @@ from ..examples import EXAMPLE_PROMPTS
 from ..heads.io import shipped_head_dir
 from ..loading import cache_root
 from ..machine import device_key, forward_curve, interpolate, machine, runtime_id, sync
-from ..sampling import SamplingParams
 from ..tree import DraftTree
 
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 64)
