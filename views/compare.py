@@ -11,6 +11,7 @@ import streamlit as st
 
 from specviz import SpecVizError
 from specviz import measured
+from specviz import methods as registry
 from specviz.app.gate import heavy_work
 from specviz.app.measure import measure_forward
 from specviz.app.methods import EAGLE, APP_METHODS, make_drafter, method_label, method_status, status_note
@@ -151,8 +152,10 @@ with tab_speed:
             from specviz.engine import SpeculativeDecoder
 
             base = None
+            tuned_here = (measured.cached_costs(target.model) or {}) if trees == "tuned" else {}
             for k, m in enumerate(todo):
-                bar.progress(k / len(todo), text=method_label(m))
+                first_tuning = trees == "tuned" and registry.get(m).tunable and f"pick.{m}" not in tuned_here
+                bar.progress(k / len(todo), text=tr("cmpx.tuning_once", m=method_label(m)) if first_tuning else method_label(m))
                 res = run_generation(target, s, text, m)
                 if m == "vanilla":
                     base = res
