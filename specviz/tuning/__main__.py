@@ -53,9 +53,9 @@ def main(argv=None) -> int:
                     continue
                 shape = f"depth {best['depth']}, " if "depth" in best else ""
                 size = f"paths at least {best['min_prob']:.2f} likely" if best.get("min_prob") else f"{best['total_tokens']} nodes"
-                print(f"{m}: best {shape}{size}: expected tau {best['tau']:.2f}, "
-                      f"{1000 * best['seconds']:.1f} ms/round -> {best['tok_s']:.1f} tok/s "
-                      f"(vanilla {best['vanilla_tok_s']:.1f} tok/s, x{best['tok_s'] / best['vanilla_tok_s']:.2f})")
+                print(f"{m}: best {shape}{size}: measured tau {best['tau']:.2f}, {best['tok_s']:.1f} tok/s "
+                      f"(vanilla {best['vanilla_tok_s']:.1f}, x{best['speedup']:.2f} paired by prompt); the model had "
+                      f"tau {best['model_tau']:.2f}, {1000 * best['seconds']:.1f} ms/round -> {best['model_tok_s']:.1f} tok/s")
             print(f"costs cached in {cost_file(target.model)}")
     except SpecVizError as e:
         print(f"error: {e}", file=sys.stderr)
