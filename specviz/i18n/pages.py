@@ -38,8 +38,8 @@ STRINGS: dict[str, tuple[str, str]] = {
         "每轮能保留多少 token 取决于草稿器和目标模型，而与机器无关。因此公平的比较是让每种方法使用**相同大小**的树：这里取 EAGLE-1 论文中树的大小，共 {n} 个节点（25 个草稿 + 根）。这些数字是在校准草稿头时测得的，现在无需运行任何计算。",
     ),
     "cmpx.acc_source": (
-        "Measured: greedy fp32 decoding of the {prompts} built-in prompts (specviz.examples), {tokens} new tokens each, on {date}, recording every candidate the drafter scored (specviz.tuning acceptance profiles). Dynamic trees at depth {d}; static trees keep their most useful nodes first.",
-        "测量方式：对 {prompts} 个内置提示词（specviz.examples）做贪心 fp32 解码，每个生成 {tokens} 个新 token，测于 {date}，并记录草稿器打分的每个候选（specviz.tuning 接受率档案）。动态树深度为 {d}；静态树优先保留最有用的节点。",
+        "Measured: greedy fp32 decoding of the {prompts} built-in prompts (specviz.examples), {tokens} new tokens each, on {date}, recording every candidate the drafter scored, then walking each output round by round as a decode with that tree would (specviz.tuning acceptance profiles). Dynamic trees at depth {d}; static trees keep their most useful nodes first.",
+        "测量方式：对 {prompts} 个内置提示词（specviz.examples）做贪心 fp32 解码，每个生成 {tokens} 个新 token，测于 {date}，记录草稿器打分的每个候选，再像用该树解码那样逐轮走过每个输出（specviz.tuning 接受率档案）。动态树深度为 {d}；静态树优先保留最有用的节点。",
     ),
     "cmpx.no_profiles": ("No acceptance profiles ship with these heads: run `python -m specviz.tuning profile`.", "这些草稿头没有附带接受率档案：请运行 `python -m specviz.tuning profile`。"),
     "cmpx.tau_at": ("{method}: tau at {n} nodes", "{method}：{n} 个节点时的 tau"),
@@ -53,8 +53,8 @@ STRINGS: dict[str, tuple[str, str]] = {
         "用 `python scripts/record_acceptance.py` 录制：同样的 {prompts} 个提示词，每个生成 {tokens} 个新 token，贪心 fp32，共 {rounds} 轮，录制于 {date}。每轮记录其接受长度和树达到的深度。",
     ),
     "cmpx.rec_tau_note": (
-        "tau of the recorded runs (new tokens / target passes). It differs from the profile's tau above: this run covers fewer prompts and tokens, and the profile averages over every position of the output while a run averages over the positions where its rounds start. With heads this close, methods can trade places between the two.",
-        "录制运行的 tau（新 token 数 / 目标前向次数）。它与上面档案中的 tau 不同：这次运行覆盖的提示词和 token 更少，而且档案对输出的每个位置取平均，而运行只在每轮开始的位置取平均。草稿头之间差距这么小时，两者中各方法的先后顺序可能不同。",
+        "tau of the recorded runs (new tokens / target passes). It differs from the profile's tau above: this run decodes another set of prompts, with another number of new tokens each. With heads this close, methods can trade places between the two.",
+        "录制运行的 tau（新 token 数 / 目标前向次数）。它与上面档案中的 tau 不同：这次运行解码的是另一组提示词，每个生成的新 token 数也不同。草稿头之间差距这么小时，两者中各方法的先后顺序可能不同。",
     ),
     "cmpx.no_recording": ("The equal-tree recording (assets/acceptance/equal_trees.json) is not in this build: run `python scripts/record_acceptance.py`.", "此版本没有相同大小树的录制（assets/acceptance/equal_trees.json）：请运行 `python scripts/record_acceptance.py`。"),
     "cmpx.speed_intro": (

@@ -25,6 +25,7 @@ and depth, how often each (levels drafted, frontier width, tree size) occurred, 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import math
 import statistics
@@ -522,8 +523,9 @@ SHORTLIST_PROMPTS, SHORTLIST_TOKENS = 8, 64  # the built-in prompts the shortlis
 
 
 def profile_id(profile: dict) -> str:
-    """Which profile a cached pick was made from (a refreshed head gets a new one)."""
-    return f"{profile.get('date')}/{profile.get('samples')}/{profile.get('prompts')}"
+    """Which profile a cached pick was made from: a digest of the whole profile, so a refreshed head
+    or a re-made profile (even on the same day, with as many samples) gets its trees timed again."""
+    return hashlib.sha256(json.dumps(profile, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def shortlist(ranked: list[dict]) -> list[dict]:
