@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from .. import SpecVizError
+from ..drafters.base import NoDraft
 from ..engine import PREFETCH_ROWS, SpeculativeDecoder
 from ..examples import EXAMPLE_PROMPTS
 from ..heads.io import shipped_head_dir
@@ -150,10 +151,10 @@ def floor_rounds(cands: list, cont: list[int], max_depth: int, n_max: int, min_p
 
 def _walk(acc_at: list) -> tuple[int, int, list[int]]:
     """Decode one output with a tree whose round starting at position s accepts `acc_at[s]` drafts
-    (None: past the known continuation, where the walk stops): (tokens, rounds, round starts)."""
+    (the list ends where the known continuation does): (tokens, rounds, round starts)."""
     s = tokens = 0
     starts = []
-    while s < len(acc_at) and acc_at[s] is not None:
+    while s < len(acc_at):
         starts.append(s)
         tokens += acc_at[s] + 1
         s += acc_at[s] + 1
@@ -181,7 +182,7 @@ def collect_profile(target, inner, prompts: list, max_new_tokens: int = 96, n_ma
         count = [0] * (len(paths) + 1)
     rec = _Recorder(inner)
     samples = 0
-    per_prompt = []  # per prompt, per position: what every tree would have accepted there (None: unknown)
+    per_prompt = []  # per prompt, per position with a known continuation: what every tree would accept there
     for j, prompt in enumerate(prompts):
         dec = SpeculativeDecoder(target, rec, seed=0, detail=False)
         dec.start(prompt, max_new_tokens)
@@ -280,21 +281,6 @@ def save_profile(head_dir, profile: dict) -> Path:
 OVERHEAD_SIZES = (2, 4, 8, 16, 24)  # tree sizes whose per-round engine cost is kept (and 1: vanilla)
 
 
-class _RootOnly:
-    """A vanilla drafter, for timing vanilla rounds beside the method's."""
-
-    name, taps, sampled = "vanilla", (), False
-
-    def reset(self, context, taps):
-        pass
-
-    def commit(self, processed, taps):
-        pass
-
-    def propose(self, context, root, params, generator):
-        return DraftTree(tokens=[int(root)], parents=[-1], q=[1.0])
-
-
 class _PassClock:
     """Times, per round, the target pass and its first LM-head call (what the forward curve prices)
     by wrapping the model's two methods on the instance while a measurement runs."""
@@ -352,7 +338,7 @@ def _round_costs(target, drafter, configure, configs: list, sizes: dict, rounds:
             for cfg in order[k:] + order[:k]:
                 run = vanilla if cfg is None else dec
                 if run is None or run.done:  # (a new decoder's prefill and first round are not timed)
-                    run = SpeculativeDecoder(target, _RootOnly() if cfg is None else drafter, seed=0, detail=False)
+                    run = SpeculativeDecoder(target, NoDraft() if cfg is None else drafter, seed=0, detail=False)
                     run.start(EXAMPLE_PROMPTS[0], 96)
                     run.step()
                     if cfg is None:
@@ -564,7 +550,7 @@ def time_candidates(target, drafter, profile: dict, cands: list[dict], prompts, 
         for i in [*range(k, len(runs)), *range(k)]:
             if runs[i] is not None:
                 _shape(drafter, profile, runs[i])
-            dec = SpeculativeDecoder(target, drafter if runs[i] is not None else _RootOnly(), seed=0, detail=False)
+            dec = SpeculativeDecoder(target, drafter if runs[i] is not None else NoDraft(), seed=0, detail=False)
             dec.start(prompt, max_new_tokens)
             s = n = 0
             while not dec.done:
