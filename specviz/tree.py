@@ -316,7 +316,11 @@ def build_sampled_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
     (the walk tries them in that order). Which nodes are expanded may depend on their own path
     probability (they are in the tree already): level by level, the `top_k` likeliest nodes of the
     frontier whose path probability is at least `min_prob` each draw up to `top_k` children,
-    until `total_tokens - 1` drafts are drawn or `depth` levels are grown.
+    until `total_tokens - 1` drafts are drawn or `depth` levels are grown. With `min_prob` a node
+    draws only as many children as it has tokens whose path probability would reach the floor
+    (a count read from q before drawing, so still fixed in advance): a greedy floored tree keeps
+    exactly those candidates, and without the cap a floored depth-1 tree drew 8 children every
+    round at T = 1 (a 9-token pass; measured 0.65x vanilla on Spec-Bench dev, session 17).
     """
     width = min(top_k, max(1, total_tokens - 1))
     floor = math.log(min_prob) if min_prob > 0 else -math.inf
@@ -332,6 +336,8 @@ def build_sampled_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
             q = torch.as_tensor(dists[row])
             tree.dists[node] = q
             k = min(width, budget, int((q > 0).sum()))
+            if min_prob > 0:  # as many draws as q has children likely enough (decided from q, before any draw)
+                k = min(k, int((q >= math.exp(floor - tree.scores[node])).sum()))
             if k <= 0:
                 continue
             rest = q
