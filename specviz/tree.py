@@ -24,6 +24,58 @@ EAGLE1_TREE: list[list[int]] = [
 ]  # fmt: skip
 
 
+class VocabRows:
+    """Draft distributions [n, V] held as their nonzero columns: probs [n, Vd] over the target ids
+    `ids` [Vd], every other column 0. EAGLE-3 drafts over 8,192 of the 49,152 tokens;
+    a round used to scatter each row into a fresh 49k-wide tensor and take its top-k there (~0.2 ms
+    of a ~6 ms round on a 2-core CPU), though a greedy round never reads a full row. `topk` works in
+    the draft columns; `rows[r]` builds the full row when a rule or a picture needs it."""
+
+    def __init__(self, probs: torch.Tensor, ids: torch.Tensor, vocab: int):
+        self.probs, self.ids, self.vocab = probs, ids, int(vocab)
+
+    def __len__(self) -> int:
+        return self.probs.shape[0]
+
+    def __getitem__(self, r: int) -> torch.Tensor:
+        return self.probs.new_zeros(self.vocab).index_copy_(0, self.ids, self.probs[r])
+
+    def topk(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(values, target ids) [n, k] of each row's k largest entries (zeros when a row has fewer)."""
+        v, i = torch.topk(self.probs, min(k, self.probs.shape[1]), dim=-1)
+        if k > v.shape[1]:  # a full row's missing entries are zeros (never drafted: q = 0)
+            v = torch.cat([v, v.new_zeros(v.shape[0], k - v.shape[1])], dim=1)
+            i = torch.cat([i, i.new_zeros(i.shape[0], k - i.shape[1])], dim=1)
+        return v, self.ids[i]
+
+
+class RowsOf(Mapping):
+    """node -> its draft distribution, built on first use from (rows, index) and kept: a tree's
+    `dists` without copying rows nobody reads."""
+
+    def __init__(self, where: dict):
+        self._where, self._done = where, {}
+
+    def __getitem__(self, node):
+        if node not in self._done:
+            rows, r = self._where[node]
+            self._done[node] = rows[r]
+        return self._done[node]
+
+    def __iter__(self):
+        return iter(self._where)
+
+    def __len__(self):
+        return len(self._where)
+
+
+def top_of(dists, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch.topk over each row of a drafter's distributions (a tensor, or `VocabRows`)."""
+    if isinstance(dists, VocabRows):
+        return dists.topk(k)
+    return torch.topk(torch.as_tensor(dists), k, dim=-1)
+
+
 @dataclass
 class DraftTree:
     tokens: list[int]  # token id per node; tokens[0] is the root
@@ -32,7 +84,7 @@ class DraftTree:
     sampled: bool = False  # True when children were *drawn* from q (SpS/SpecInfer), else chosen
     # warped draft distribution over the vocabulary *after* each node (for its children), where
     # known. Needed for the sampled rule (min(1, p/q) and residual max(p - q, 0)) and for display.
-    dists: dict[int, torch.Tensor] = field(default_factory=dict)
+    dists: Mapping[int, torch.Tensor] = field(default_factory=dict)
     scores: list[float] | None = None  # cumulative log q along the path (default: from q)
     # EAGLE-2 trees: every scored candidate (score, parent candidate, token), kept or not; a
     # smaller tree is the top of the same list, which is how `specviz.tuning` sizes trees
@@ -248,7 +300,7 @@ def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
     floor = math.log(min_prob) if min_prob > 0 else -math.inf
     # candidates: (score, parent candidate id, token, q); candidate 0 is the root
     cand = [(0.0, -1, int(root), 1.0)]
-    cand_dist: dict[int, torch.Tensor] = {}
+    cand_dist: dict[int, tuple] = {}  # candidate -> (its level's rows, its row): built only if read
     tree = DraftTree(tokens=[int(root)], parents=[-1], q=[1.0])
     tree_of_cand = {0: 0}  # candidate id -> node index in the growing expansion tree
     frontier = [0]
@@ -256,11 +308,11 @@ def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
         nodes = [tree_of_cand[c] for c in frontier]
         dists = expand(tree, nodes)
         # one top-k over the whole frontier (each row's result is that row's own top-k)
-        top_v, top_i = torch.topk(torch.as_tensor(dists), width, dim=-1)
+        top_v, top_i = top_of(dists, width)
         top_v, top_i = top_v.tolist(), top_i.tolist()
         scored = []
         for row, c in enumerate(frontier):
-            cand_dist[c] = dists[row]
+            cand_dist[c] = (dists, row)
             for prob, tok in zip(top_v[row], top_i[row]):
                 if prob <= 0:
                     continue
@@ -296,7 +348,7 @@ def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
         out.q.append(cand[i][3])
         out.scores.append(cand[i][0])
         node_of[i] = len(out.tokens) - 1
-    out.dists = {node_of[c]: d for c, d in cand_dist.items() if c in node_of}
+    out.dists = RowsOf({node_of[c]: d for c, d in cand_dist.items() if c in node_of})
     out.candidates = [(c[0], c[1], c[2]) for c in cand]
     return out
 

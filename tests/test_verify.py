@@ -296,3 +296,38 @@ def test_sampled_dynamic_tree_rounds_give_the_targets_two_token_distribution(var
     want = want / want.sum() * trials  # float32 rows sum to 1 only within ~1e-7; chisquare wants equal totals
     p_value = chisquare(counts.flatten().double().numpy(), want.numpy()).pvalue
     assert (p_value > 1e-3) == (variant == "correct"), p_value
+
+
+def test_draft_vocabulary_rows_build_the_same_tree_as_full_rows():
+    """EAGLE-3's draft rows kept in their own columns (tree.VocabRows): the dynamic tree, its scores
+    and the rows it keeps for the rule equal those built from the full 0-padded rows."""
+    from specviz.tree import VocabRows, build_dynamic_tree
+
+    g = torch.Generator().manual_seed(0)
+    V, ids = 50, torch.tensor([1, 4, 7, 9, 20, 33, 41, 49])
+
+    def rows_for(nodes):
+        probs = torch.rand(len(nodes), len(ids), generator=g).softmax(-1)
+        return VocabRows(probs, ids, V)
+
+    made = {}
+
+    def expand_small(tree, nodes):
+        made[len(tree)] = r = rows_for(nodes)
+        return r
+
+    small = build_dynamic_tree(3, expand_small, depth=3, top_k=4, total_tokens=9)
+    replay = iter(made[k] for k in sorted(made))
+
+    def expand_full(tree, nodes):
+        r = next(replay)
+        return torch.stack([r[i] for i in range(len(r))])
+
+    full = build_dynamic_tree(3, expand_full, depth=3, top_k=4, total_tokens=9)
+    assert small.tokens == full.tokens and small.parents == full.parents and small.scores == full.scores
+    assert set(small.tokens[1:]) <= set(ids.tolist())
+    assert sorted(small.dists) == sorted(full.dists)
+    for node in full.dists:
+        assert torch.equal(small.dists[node], full.dists[node]) and small.dists[node].shape == (V,)
+    v, i = VocabRows(torch.tensor([[0.7, 0.3]]), torch.tensor([5, 2]), 10).topk(4)
+    assert v[0].tolist() == pytest.approx([0.7, 0.3, 0.0, 0.0]) and i[0, :2].tolist() == [5, 2]

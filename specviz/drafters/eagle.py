@@ -25,7 +25,7 @@ from ..heads.eagle import Eagle3Head
 from ..heads.io import load_head, shipped_head_dir
 from ..heads.layers import HeadCache
 from ..sampling import SamplingParams, warp_logits
-from ..tree import EAGLE1_TREE, DraftTree, build_dynamic_tree, build_sampled_tree, build_static_tree
+from ..tree import EAGLE1_TREE, DraftTree, VocabRows, build_dynamic_tree, build_sampled_tree, build_static_tree
 from .base import Drafter
 
 
@@ -58,7 +58,7 @@ class EagleDrafter(Drafter):
         p = next(head.parameters())
         self.dtype, self.device = p.dtype, p.device
         if self.is3:
-            self.vocab_ids = head.target_ids()
+            self.vocab_ids_cpu = head.target_ids().cpu()
         self.cache = None
         # The head reads only the last `window` prompt tokens (None: all of them). Its prompt pass
         # is a real cost of every EAGLE run (~5M multiply-adds a token through the torch path: ~0.1 s
@@ -139,16 +139,16 @@ class EagleDrafter(Drafter):
         self._n_feats = snap["n"] - self.base
 
     # ------------------------------------------------------------------ drafting
-    def _dist(self, out, params: SamplingParams) -> torch.Tensor:
-        """Draft distribution over the target vocabulary [n, V] from head outputs [n, H]."""
+    def _dist(self, out, params: SamplingParams):
+        """Draft distribution over the target vocabulary [n, V] from head outputs [n, H] (EAGLE-3:
+        as `VocabRows`, its draft vocabulary's columns)."""
         logits = self.head.logits(out).float()
         if not params.greedy:
             logits = warp_logits(logits, params)
-        q = logits.softmax(-1)
-        if self.is3:
-            full = torch.zeros(q.shape[0], self.model.cfg.vocab_size, dtype=q.dtype, device=q.device)
-            q = full.index_copy_(1, self.vocab_ids, q)  # a plain copy into the draft vocabulary's columns
-        return q.cpu()
+        q = logits.softmax(-1).cpu()
+        if self.is3:  # the draft vocabulary's columns; full rows only where read (tree.VocabRows)
+            return VocabRows(q, self.vocab_ids_cpu, self.model.cfg.vocab_size)
+        return q
 
     @torch.no_grad()
     def propose(self, context, root, params, generator):
