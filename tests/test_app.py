@@ -57,6 +57,10 @@ def test_home_generates_and_measures(home):
     assert float(vals[0]) >= 1.0
     r = at.session_state["home_result"]
     assert r["tokens"] == 8 and r["greedy"] and r["identical"]  # greedy PLD == vanilla
+    # the speedup is of median runs taken in turns, and the caption lists every run
+    assert len(r["tps_runs"]) == len(r["vanilla_runs"]) == 3
+    assert r["tps"] == sorted(r["tps_runs"])[1] and r["vanilla_tps"] == sorted(r["vanilla_runs"])[1]
+    assert any("Median of 3 runs" in c.value for c in at.caption)
 
 
 def test_language_switch_to_chinese():
@@ -212,6 +216,7 @@ def test_compare_page():
               if (row.get("speedup vs vanilla") or 1) < 1 and row["method"] != "Vanilla (no draft)"]
     assert any("Slower than vanilla" in i.value for i in at.info) == bool(slower)
     assert r["trees"] == "tuned"  # the default: each method at this machine's tuned tree
+    assert any("median of 3 runs taken in turns" in c.value for c in at.caption)
     assert all("already at the tree tuned" in i.value for i in at.info if "Slower than vanilla" in i.value)
 
 
@@ -437,3 +442,27 @@ def test_drafts_drawn_from_q_at_t_above_zero_from_the_sidebar():
     assert at.query_params.get("draw_sample") is None  # the default is not written into the URL
     side(at, "slider", "temperature", 0.0)
     assert at.toggle(key="w_draw_sample").disabled
+
+
+def test_timed_runs_alternate_and_the_median_run_is_shown(monkeypatch):
+    """Home's and Compare's speedups: the methods' runs in turns (A, B, A, B, ...), each method's
+    median-speed run kept - a slow outlier (a busy second) must not become the shown number."""
+    from types import SimpleNamespace
+
+    from specviz.app import session
+
+    calls, speeds = [], {"vanilla": iter([100.0, 40.0, 90.0]), "eagle3": iter([150.0, 120.0, 60.0])}
+
+    def fake(target, s, prompt, method, progress=None):
+        calls.append(method)
+        if progress:
+            progress(4, 8)
+        return SimpleNamespace(tokens_per_s=next(speeds[method]), method=method)
+
+    monkeypatch.setattr(session, "run_generation", fake)
+    seen = []
+    out = session.run_alternating(None, {}, "p", ["vanilla", "eagle3"], repeats=3, progress=lambda n, t: seen.append((n, t)))
+    assert calls == ["vanilla", "eagle3"] * 3
+    assert out["vanilla"][0].tokens_per_s == 90.0 and out["vanilla"][1] == [100.0, 40.0, 90.0]
+    assert out["eagle3"][0].tokens_per_s == 120.0
+    assert seen == [(k + 0.5, 6) for k in range(6)]  # halfway through each of the 6 runs

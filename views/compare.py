@@ -17,7 +17,7 @@ from specviz.app.measure import measure_forward
 from specviz.app.methods import EAGLE, APP_METHODS, make_drafter, method_label, method_status, status_note
 from specviz.app.model import device_name, get_target
 from specviz.app.prompts import current_prompt, prompt_box, prompt_ids
-from specviz.app.session import run_generation
+from specviz.app.session import TIMED_REPEATS, run_alternating
 from specviz.app.sidebar import page_setup
 from specviz.app.state import lang, sampling_params, settings, tr
 from specviz.viz import accept_length_hist, acceptance_by_depth, depth_acceptance_figure, round_time_figure, tree_figure
@@ -151,15 +151,18 @@ with tab_speed:
         try:
             from specviz.engine import SpeculativeDecoder
 
-            base = None
             tuned_here = (measured.cached_costs(target.model) or {}) if trees == "tuned" else {}
-            for k, m in enumerate(todo):
-                first_tuning = trees == "tuned" and registry.get(m).tunable and f"pick.{m}" not in tuned_here
-                bar.progress(k / len(todo), text=tr("cmpx.tuning_once", m=method_label(m)) if first_tuning else method_label(m))
-                res = run_generation(target, s, text, m)
-                if m == "vanilla":
-                    base = res
-                # one detailed round for the picture (the timed run above keeps detail off)
+            for m in todo:  # a tree tuned for this machine is measured once, before any timing
+                if trees == "tuned" and registry.get(m).tunable and f"pick.{m}" not in tuned_here:
+                    bar.progress(0.0, text=tr("cmpx.tuning_once", m=method_label(m)))
+                    with heavy_work():
+                        make_drafter(m, target, s)
+            timing = tr("cmpx.timing_turns", n=TIMED_REPEATS)
+            runs = run_alternating(target, s, text, todo, progress=lambda n, total: bar.progress(min(1.0, n / total), text=timing))
+            base = runs["vanilla"][0]
+            for m in todo:
+                res = runs[m][0]
+                # one detailed round for the picture (the timed runs above keep detail off)
                 with heavy_work():
                     dec = SpeculativeDecoder(target, make_drafter(m, target, s), sampling_params(s), seed=int(s["seed"]))
                     dec.start(prompt_ids(target, text), int(s["max_new"]))
@@ -183,10 +186,10 @@ with tab_speed:
         st.session_state["cmp_result"] = {"rows": rows, "first": first, "lengths": lengths, "depth": depth,
                                           "order": [m for m in todo if m in first], "device": device_name(),
                                           "dtype": s["dtype"], "trees": trees}
-        runs = [m for m in todo if m != "vanilla" and m in first]
-        if runs:
-            r0 = next(r for r in rows if r[tr("cmp.col_method")] == method_label(runs[0]))
-            st.session_state["last_run"] = {"method": runs[0], "tau": r0["tau"], "draft_ms": draft_ms[runs[0]]}
+        spec = [m for m in todo if m != "vanilla" and m in first]
+        if spec:
+            r0 = next(r for r in rows if r[tr("cmp.col_method")] == method_label(spec[0]))
+            st.session_state["last_run"] = {"method": spec[0], "tau": r0["tau"], "draft_ms": draft_ms[spec[0]]}
 
     if st.button(tr("cmp.run"), type="primary", disabled=target is None or not chosen, key="cmp_run"):
         run()
@@ -199,7 +202,7 @@ with tab_speed:
     if r and r["rows"]:
         st.subheader(tr("cmp.table"))
         st.dataframe(pd.DataFrame(r["rows"]), hide_index=True)
-        st.caption(tr("c.measured_note", device=r["device"]) + f" · {r['dtype']} · "
+        st.caption(tr("cmpx.median_note", n=TIMED_REPEATS) + " " + tr("c.measured_note", device=r["device"]) + f" · {r['dtype']} · "
                    + tr(f"cmpx.trees.{r.get('trees', 'sidebar')}", n=EQUAL_N))
         slower = [row[tr("cmp.col_method")] for row in r["rows"]
                   if (row.get(tr("c.speedup")) or 1) < 1 and row[tr("cmp.col_method")] != method_label("vanilla")]

@@ -9,7 +9,7 @@ from specviz import lesson as LS
 from specviz.app.model import device_name, get_target
 from specviz.app.methods import method_label
 from specviz.app.prompts import current_prompt, prompt_box
-from specviz.app.session import run_generation
+from specviz.app.session import TIMED_REPEATS, run_alternating
 from specviz.app.sidebar import current_method_ok, page_setup
 from specviz.app.state import lang, settings, tr
 from specviz.viz import colored_text_html, legend_html, token_sources, tree_figure
@@ -50,15 +50,12 @@ ok, _ = current_method_ok()
 def _generate():
     s = settings()
     try:
-        bar = st.progress(0.0, text=tr("home.running", method=method_label(s["method"])))
-        res = run_generation(target, s, current_prompt("home"), s["method"],
-                             progress=lambda n, total: bar.progress(min(1.0, n / total), text=tr("home.running", method=method_label(s["method"]))))
-        if s["method"] == "vanilla":
-            van = res
-        else:
-            bar.progress(0.0, text=tr("home.running_vanilla"))
-            van = run_generation(target, s, current_prompt("home"), "vanilla",
-                                 progress=lambda n, total: bar.progress(min(1.0, n / total), text=tr("home.running_vanilla")))
+        methods = [s["method"]] if s["method"] == "vanilla" else [s["method"], "vanilla"]
+        text = tr("home.running_both", method=method_label(s["method"]), n=TIMED_REPEATS)
+        bar = st.progress(0.0, text=text)
+        runs = run_alternating(target, s, current_prompt("home"), methods,
+                               progress=lambda n, total: bar.progress(min(1.0, n / total), text=text))
+        (res, res_tps), (van, van_tps) = runs[s["method"]], runs["vanilla"]
         bar.empty()
     except SpecVizError as e:
         st.session_state["home_error"] = str(e)  # the previous result stays on screen
@@ -72,6 +69,8 @@ def _generate():
         "text": res.text,
         "tau": res.tau,
         "tps": res.tokens_per_s,
+        "tps_runs": res_tps,
+        "vanilla_runs": van_tps,
         "tokens": len(res.tokens),
         "rounds": res.rounds,
         "seconds": res.seconds,
@@ -116,5 +115,7 @@ if r:
     c[2].metric(tr("c.vanilla_tps"), f"{r['vanilla_tps']:.1f}")
     c[3].metric(tr("c.speedup"), f"{r['tps'] / r['vanilla_tps']:.2f}x" if r["vanilla_tps"] else "–")
     c[4].metric(tr("c.rounds"), f"{r['rounds']}")
-    st.caption(tr("home.speed_note", page=tr("nav.free")) + " · " + tr("c.measured_note", device=device_name())
+    fmt = lambda xs: ", ".join(f"{x:.0f}" for x in xs) if xs else "–"  # noqa: E731
+    st.caption(tr("home.speed_note", page=tr("nav.free"), n=len(r.get("tps_runs", [])) or 1, runs=fmt(r.get("tps_runs")),
+                  van=fmt(r.get("vanilla_runs"))) + " · " + tr("c.measured_note", device=device_name())
                + f" · {r['dtype']} · {r['tokens']} tokens in {r['seconds']:.2f} s")

@@ -104,3 +104,27 @@ def run_generation(target, s: dict, prompt: str, method: str, progress=None):
         trc.committed_text = [tok.token_text(x) for x in trc.committed]
         trc.extra_text = tok.token_text(trc.extra_token)
     return res
+
+
+TIMED_REPEATS = 3  # each method's timed run, taken this many times in turns with the others
+
+
+def run_alternating(target, s: dict, prompt: str, methods: list[str], repeats: int = TIMED_REPEATS, progress=None) -> dict:
+    """{method: (its median-speed run, every run's tokens/s)}, the methods' runs taken in turns.
+
+    Why: this machine's speed wanders 10-30% from one second to the next (and a classroom server has
+    other users), so one run of each method makes a speedup partly out of noise. In turns (A, B, A, B, ...) a drift hits every method alike, and
+    the median run of each is the one shown. The tokens are the same every time (same seed); only the
+    clock differs. `progress(runs done, total runs)` is called after each round, in fractions of a run."""
+    runs: dict[str, list] = {m: [] for m in methods}
+    total, done = repeats * len(methods), 0
+    for _ in range(repeats):
+        for m in methods:
+            within = (lambda n, budget, d=done: progress(d + n / max(1, budget), total)) if progress else None
+            runs[m].append(run_generation(target, s, prompt, m, progress=within))
+            done += 1
+    out = {}
+    for m, rs in runs.items():
+        ordered = sorted(rs, key=lambda r: r.tokens_per_s)
+        out[m] = (ordered[(len(ordered) - 1) // 2], [r.tokens_per_s for r in rs])
+    return out

@@ -145,8 +145,8 @@ STRINGS: dict[str, tuple[str, str]] = {
     ),
     "home.speed": ("Speed on this machine", "本机上的速度"),
     "home.speed_note": (
-        "Measured once on this machine, which other users may share: the acceptance above is what speculation achieves; the speed depends on the hardware (see \"{page}\") and on how predictable the text is - code and lists are guessed far more often than free prose (try the example prompts).",
-        "在本机上测得一次，本机可能同时被其他用户使用：上面的接受情况是推测解码本身的效果；速度取决于硬件（见“{page}”），也取决于文本有多好猜——代码和列表比自由行文容易猜中得多（可试试示例提示词）。",
+        "Median of {n} runs on this machine, taken in turns with vanilla (tokens/s of each: {runs}; vanilla: {van}); other users may share the machine. The acceptance above is what speculation achieves; the speed depends on the hardware (see \"{page}\") and on how predictable the text is - code and lists are guessed far more often than free prose (try the example prompts).",
+        "本机上与普通解码轮流运行 {n} 次取中位数（各次词元/秒：{runs}；普通解码：{van}）；本机可能同时被其他用户使用。上面的接受情况是推测解码本身的效果；速度取决于硬件（见“{page}”），也取决于文本有多好猜——代码和列表比自由行文容易猜中得多（可试试示例提示词）。",
     ),
     "home.legend": ("Colours: how each token was produced", "颜色：每个 token 的产生方式"),
     "home.vanilla_same": ("Output identical to vanilla: {same}", "与普通解码输出相同：{same}"),
@@ -154,8 +154,7 @@ STRINGS: dict[str, tuple[str, str]] = {
         "With sampling, speculative and vanilla runs use the random generator differently, so texts differ; the distribution is the same (see Losslessness).",
         "在采样模式下，推测解码与普通解码使用随机数的方式不同，因此文本会不同；但分布相同（见“无损性”页）。",
     ),
-    "home.running": ("Running {method}…", "正在运行 {method}……"),
-    "home.running_vanilla": ("Running vanilla for the speedup…", "正在运行普通解码以计算加速比……"),
+    "home.running_both": ("Running {method} and vanilla in turns, {n} times each, for a fair speedup…", "正在轮流运行 {method} 与普通解码（各 {n} 次），以公平计算加速比……"),
     "home.yes": ("yes", "是"),
     "home.no": ("no", "否"),
     "home.greedy_diff": (
