@@ -217,6 +217,9 @@ def test_compare_page():
     assert any("Slower than vanilla" in i.value for i in at.info) == bool(slower)
     assert r["trees"] == "tuned"  # the default: each method at this machine's tuned tree
     assert any("median of 3 runs taken in turns" in c.value for c in at.caption)
+    for row in r["rows"]:  # every run listed; the row's tokens/s is their median
+        runs = [float(x) for x in row["tokens/s of each run"].split(" / ")]
+        assert len(runs) == 3 and abs(sorted(runs)[1] - row["tokens/s"]) <= 0.5 + 0.01 * row["tokens/s"]
     assert all("already at the tree tuned" in i.value for i in at.info if "Slower than vanilla" in i.value)
 
 

@@ -178,6 +178,7 @@ with tab_speed:
                     tr("cmp.col_tokens"): len(res.tokens),
                     tr("c.rounds"): res.rounds,
                     tr("cmp.col_seconds"): round(res.seconds, 2),
+                    tr("cmpx.col_runs"): " / ".join(f"{x:.0f}" for x in runs[m][1]),
                     tr("cmp.col_identical"): (res.tokens == base.tokens) if float(s["temperature"]) == 0 else tr("cmpx.na_sampling"),
                 })
         except SpecVizError as e:

@@ -64,6 +64,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "cmpx.trees": ("Trees", "草稿树"),
     "cmpx.trees.tuned": ("each method's tree tuned for this machine (the first run measures the costs and times the best trees, ~20 s a method, once; at T > 0 EAGLE-2/3 draw their drafts from q)",
                          "每种方法使用为本机调优的草稿树（首次运行会测量本机耗时并实测最佳的几棵树，每种方法约 20 秒，仅一次；T > 0 时 EAGLE-2/3 从 q 中抽取草稿）"),
+    "cmpx.col_runs": ("tokens/s of each run", "各次运行的词元/秒"),
     "cmpx.timing_turns": ("Timing every method {n} times, in turns with vanilla...", "正在轮流为每种方法计时（各 {n} 次，与普通解码交替）……"),
     "cmpx.median_note": ("Each row is the median of {n} runs taken in turns (vanilla, then each method, {n} times over), so a drift in the machine's speed hits every method alike.", "每行是轮流运行 {n} 次（普通解码与各方法交替）的中位数，机器速度的波动对每种方法影响相同。"),
     "cmpx.tuning_once": ("{m}: tuning its tree for this machine (once, ~20 s)...", "{m}：正在为本机调优草稿树（仅一次，约 20 秒）……"),
