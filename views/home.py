@@ -47,6 +47,11 @@ prompt = prompt_box("home")
 ok, _ = current_method_ok()
 
 
+def _rates(xs) -> str:
+    """Every timed run's tokens/s, for the caption."""
+    return ", ".join(f"{x:.0f}" for x in xs)
+
+
 def _generate():
     s = settings()
     try:
@@ -115,7 +120,6 @@ if r:
     c[2].metric(tr("c.vanilla_tps"), f"{r['vanilla_tps']:.1f}")
     c[3].metric(tr("c.speedup"), f"{r['tps'] / r['vanilla_tps']:.2f}x" if r["vanilla_tps"] else "–")
     c[4].metric(tr("c.rounds"), f"{r['rounds']}")
-    fmt = lambda xs: ", ".join(f"{x:.0f}" for x in xs) if xs else "–"  # noqa: E731
-    st.caption(tr("home.speed_note", page=tr("nav.free"), n=len(r.get("tps_runs", [])) or 1, runs=fmt(r.get("tps_runs")),
-                  van=fmt(r.get("vanilla_runs"))) + " · " + tr("c.measured_note", device=device_name())
+    st.caption(tr("home.speed_note", page=tr("nav.free"), n=len(r["tps_runs"]), runs=_rates(r["tps_runs"]),
+                  van=_rates(r["vanilla_runs"])) + " · " + tr("c.measured_note", device=device_name())
                + f" · {r['dtype']} · {r['tokens']} tokens in {r['seconds']:.2f} s")

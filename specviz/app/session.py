@@ -113,9 +113,10 @@ def run_alternating(target, s: dict, prompt: str, methods: list[str], repeats: i
     """{method: (its median-speed run, every run's tokens/s)}, the methods' runs taken in turns.
 
     Why: this machine's speed wanders 10-30% from one second to the next (and a classroom server has
-    other users), so one run of each method makes a speedup partly out of noise. In turns (A, B, A, B, ...) a drift hits every method alike, and
-    the median run of each is the one shown. The tokens are the same every time (same seed); only the
-    clock differs. `progress(runs done, total runs)` is called after each round, in fractions of a run."""
+    other users), so one run of each method makes a speedup partly out of noise. In turns (A, B, A,
+    B, ...) a drift hits every method alike, and the median run of each is the one shown. The tokens
+    are the same every time (same seed); only the clock differs. `progress(runs done, total runs)` is
+    called after each round, in fractions of a run."""
     runs: dict[str, list] = {m: [] for m in methods}
     total, done = repeats * len(methods), 0
     for _ in range(repeats):
