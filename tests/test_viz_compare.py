@@ -18,7 +18,11 @@ def test_profile_curves_from_the_shipped_heads():
     for m, prof in profiles.items():
         sizes, taus = vc.profile_tau_curve(prof, depth=5)
         assert sizes[0] == 1 and taus[0] == 1.0  # the root alone keeps exactly the bonus token
-        assert all(b >= a - 1e-9 for a, b in zip(taus, taus[1:])), m  # a bigger tree never keeps fewer
+        # a bigger tree keeps at least as many tokens in any one round; walked over a whole decode a round that
+        # keeps more starts the next one at another position, so tau(N) may dip by a hair (the session-20 EAGLE-3
+        # profile: 2.474 -> 2.466 from 16 to 17 nodes), never by more than 1%, and it grows over the range
+        assert all(b >= a * 0.99 for a, b in zip(taus, taus[1:])), m
+        assert taus[-1] > taus[1] > taus[0], m
     dyn = profiles["eagle3"]
     assert vc.profile_tau_curve(dyn, depth=5)[1] == dyn["tau"][4]
     assert vc.tau_at(vc.profile_tau_curve(profiles["medusa"]), 500) == profiles["medusa"]["tau"][-1]
