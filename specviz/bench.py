@@ -115,7 +115,7 @@ class Runner:
         if method not in HF_METHODS:
             extra = {"draw": draw} if draw and method in DRAWABLE else {}
             self.drafter = make_drafter(method, target, tree_size=tree, **extra)
-            self.tree = describe_tree(self.drafter)
+            self.tree = describe_tree(self.drafter, params)
 
     def run(self, prompt_ids: list[int], max_new: int):
         if self.method in HF_METHODS:
@@ -153,12 +153,14 @@ class Runner:
         return toks, secs, None, [], [], []
 
 
-def describe_tree(drafter) -> dict | None:
-    """The tree a drafter uses, and why: device-tuned (with the tuner's timing on built-in prompts and
-    the model's predictions) or fixed."""
+def describe_tree(drafter, params: SamplingParams = SamplingParams()) -> dict | None:
+    """The tree a drafter uses at `params`, and why: device-tuned (with the tuner's timing on built-in
+    prompts, greedy or at T = 1, and the model's predictions) or fixed."""
     t = getattr(drafter, "tuning", None)
     if t:
-        keep = ("kind", "depth", "total_tokens", "min_prob", "tau", "tok_s", "vanilla_tok_s", "speedup", "model_tau", "model_tok_s")
+        t = t.get("sampled", t) if not params.greedy else t
+        keep = ("kind", "depth", "total_tokens", "min_prob", "tau", "tok_s", "vanilla_tok_s", "speedup", "model_tau",
+                "model_tok_s", "temperature")
         return {"source": "device-tuned", **{k: t[k] for k in keep if k in t}, "draw": getattr(drafter, "draw", "top")}
     if getattr(drafter, "tree_kind", None) == "dynamic":
         out = {"source": "fixed", "kind": "dynamic", "depth": drafter.depth, "total_tokens": drafter.total_tokens}

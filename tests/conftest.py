@@ -43,7 +43,7 @@ def pinned_costs(monkeypatch):
     from specviz import tuning
 
     def pin(costs: dict):
-        def predicted(target, drafter, profile, cands, prompts, max_new_tokens):
+        def predicted(target, drafter, profile, cands, prompts, max_new_tokens, params=None):
             vanilla = 1.0 / (float(costs.get("overhead", 0.0)) + tuning.interpolate(costs["forward"], 1))
             return ([dict(c, measured_tok_s=c["tok_s"], measured_tau=c["tau"], speedup=c["tok_s"] / vanilla) for c in cands],
                     dict(tok_s=vanilla))

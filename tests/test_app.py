@@ -247,6 +247,35 @@ def test_tune_tree_button_sets_the_device_tuned_size(pinned_costs):
         assert any(f"{best['total_tokens']} nodes" in c.value for c in at.caption)
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_tune_tree_button_applies_the_tree_timed_at_the_sidebars_temperature(pinned_costs, monkeypatch, temperature):
+    """The tuner times its shortlist greedy and at T = 1; at T > 0 the button applies the tree timed
+    sampling (here: greedy the model's favourite wins, sampled the 2-node tree) and says so."""
+    from specviz import tuning
+    from specviz.heads.io import shipped_head_dir
+
+    prof = tuning.load_profile(shipped_head_dir("smollm2-135m-instruct", "eagle3"), "eagle3")
+    costs = {"forward": {"1": 0.030, "8": 0.040, "64": 0.150},
+             "draft.eagle3": {str(d): 0.002 * d for d in range(1, prof["max_depth"] + 1)}, "overhead": 0.002}
+    favourite = pinned_costs(costs)(prof, "eagle3")
+    assert favourite["total_tokens"] > 2  # else this test could not tell the two picks apart
+
+    def timed(target, drafter, profile, cands, prompts, max_new_tokens, params):
+        fast = (lambda c: c["total_tokens"] == 2) if params.temperature > 0 else (lambda c: c is cands[0])
+        return [dict(c, measured_tok_s=50.0 + fast(c), measured_tau=1.4, speedup=1.0 + fast(c) / 10) for c in cands], dict(tok_s=50.0)
+
+    monkeypatch.setattr(tuning, "time_candidates", timed)
+    at = ok(new_app().run())
+    side(at, "radio", "method", "eagle3")
+    if temperature:
+        side(at, "slider", "temperature", temperature)
+    at.button(key="tree_tune").click().run()
+    ok(at)
+    got = (at.session_state["depth"], at.session_state["total_tokens"])
+    assert got == ((1, 2) if temperature else (favourite["depth"], favourite["total_tokens"]))
+    assert any("Timed at temperature 1" in c.value for c in at.caption) == bool(temperature)
+
+
 def test_rule_page_single_draw_stepper():
     at = ok(new_app().run())
     at.switch_page("views/rule.py").run()

@@ -10,6 +10,7 @@ from specviz import tuning
 from specviz.engine import PREFETCH_ROWS, SpeculativeDecoder, vanilla_generate
 from specviz.examples import EXAMPLE_PROMPTS
 from specviz.heads.io import shipped_head_dir
+from specviz.sampling import SamplingParams
 from specviz.tree import EAGLE1_TREE
 
 
@@ -155,24 +156,28 @@ def test_tuned_tree_picks_the_fastest_measured_tree_and_caches_the_pick(target, 
     monkeypatch.setattr(tuning, "device_costs", lambda *a, **k: costs)
     timed = []
 
-    def fake_time(target_, drafter, prof, cands, prompts, max_new_tokens):
-        timed.append([(c["depth"], c["total_tokens"]) for c in cands])
-        # the model's favourite (depth 2, 4 nodes) turns out slower here than the 2-node tree
-        out = [dict(c, measured_tok_s=100.0 if c["total_tokens"] == 4 else 120.0, measured_tau=1.25,
-                    speedup=0.9 if c["total_tokens"] == 4 else 1.1) for c in cands]
+    def fake_time(target_, drafter, prof, cands, prompts, max_new_tokens, params):
+        timed.append(([(c["depth"], c["total_tokens"]) for c in cands], params.temperature))
+        # greedy, the model's favourite (depth 2, 4 nodes) turns out slower here than the 2-node tree;
+        # at T = 1 the other way round (as if the deeper tree kept paying when sampling)
+        deep_wins = params.temperature > 0
+        out = [dict(c, measured_tok_s=100.0 if (c["total_tokens"] == 4) != deep_wins else 120.0, measured_tau=1.25,
+                    speedup=0.9 if (c["total_tokens"] == 4) != deep_wins else 1.1) for c in cands]
         return out, dict(tok_s=110.0)
 
     monkeypatch.setattr(tuning, "time_candidates", fake_time)
     folder = shipped_head_dir(target.model.name, "eagle3")
     best = tuning.tuned_tree(target, "eagle3", folder, build=lambda: object())
-    assert timed == [[(2, 4), (1, 2)]]  # the model's best (fixed size already), and its best 2-node tree
+    # the model's best (fixed size already) and its best 2-node tree, timed greedy and at T = 1
+    assert timed == [([(2, 4), (1, 2)], 0.0), ([(2, 4), (1, 2)], 1.0)]
     assert (best["depth"], best["total_tokens"]) == (1, 2)
     assert (best["tok_s"], best["tau"], best["vanilla_tok_s"], best["speedup"]) == (120.0, 1.25, 110.0, 1.1)  # measured
     assert best["model_tau"] == 1.4
+    assert (best["sampled"]["depth"], best["sampled"]["total_tokens"], best["sampled"]["temperature"]) == (2, 4, 1.0)
     assert tuning.tuned_tree(target, "eagle3", folder, build=lambda: pytest.fail("timed twice")) == best
     profile["date"] = "2026-02-02"  # a refreshed head: timed again
     tuning.tuned_tree(target, "eagle3", folder, build=lambda: object())
-    assert len(timed) == 2
+    assert len(timed) == 4
 
 
 def test_time_candidates_runs_each_tree_against_vanilla(target):
@@ -188,6 +193,30 @@ def test_time_candidates_runs_each_tree_against_vanilla(target):
     assert all(c["measured_tok_s"] > 0 and c["speedup"] > 0 for c in out) and vanilla["tok_s"] > 0
     assert 1.0 <= out[1]["measured_tau"] <= 2.0 and 1.0 <= out[0]["measured_tau"] <= 4.0
     assert out[0]["measured_tau"] > out[1]["measured_tau"]  # the deeper tree accepts more on these prompts
+    hot, _ = tuning.time_candidates(target, drafter, profile, cands, EXAMPLE_PROMPTS[:2], 16, SamplingParams(temperature=1.0))
+    assert drafter.draw == "sample"  # timed as a tuned EAGLE-3 drafts at T > 0
+    assert 1.0 <= hot[1]["measured_tau"] <= 2.0 and hot[0]["measured_tau"] < out[0]["measured_tau"]  # sampling accepts less
+
+
+@pytest.mark.parametrize("method", ["eagle3", "eagle1"])
+def test_a_tuned_drafter_uses_its_sampled_tree_only_at_t_above_0(target, method):
+    """The tuner times trees greedy and at T = 1 (`tuned["sampled"]`); a drafter then drafts the
+    greedy tree at T = 0 and the sampled one at any T > 0, and stays exact at T = 0."""
+    from specviz.drafters import eagle
+    from specviz.sampling import SamplingParams
+
+    if method == "eagle3":
+        tuned = dict(depth=3, total_tokens=8, top_k=8, sampled=dict(depth=1, total_tokens=2))
+        drafter = eagle.make_eagle3(target, tuned=tuned, draw="sample")
+    else:
+        tuned = dict(paths=EAGLE1_TREE[:7], sampled=dict(paths=EAGLE1_TREE[:1]))
+        drafter = eagle.make_eagle1(target, tuned=tuned)
+    prompt = EXAMPLE_PROMPTS[0]
+    greedy = SpeculativeDecoder(target, drafter, seed=0, detail=False).generate(prompt, 32)
+    assert greedy.tokens == vanilla_generate(target, prompt, 32).tokens
+    assert max(len(t.nodes) for t in greedy.traces) > 2  # the greedy tree (8 nodes, or EAGLE-1's 8-node prefix)
+    hot = SpeculativeDecoder(target, drafter, SamplingParams(temperature=1.0), seed=0, detail=False).generate(prompt, 32)
+    assert max(len(t.nodes) for t in hot.traces) == 2  # root + at most one draft, every round
 
 
 def test_rank_trees_prices_floored_trees_round_by_round():

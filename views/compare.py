@@ -153,7 +153,7 @@ with tab_speed:
 
             tuned_here = (measured.cached_costs(target.model) or {}) if trees == "tuned" else {}
             for m in todo:  # a tree tuned for this machine is measured once, before any timing
-                if trees == "tuned" and registry.get(m).tunable and f"pick.{m}" not in tuned_here:
+                if trees == "tuned" and registry.get(m).tunable and f"pick.{m}.sampled" not in tuned_here:
                     bar.progress(0.0, text=tr("cmpx.tuning_once", m=method_label(m)))
                     with heavy_work():
                         make_drafter(m, target, s)

@@ -107,6 +107,8 @@ def _apply_tuned() -> None:
     if best is None:
         ss["tune_msg"] = (m, "warn", tr("sb.tune_none"))
         return
+    sampled = ss.get("temperature", 0.0) > 0 and "sampled" in best
+    best = best["sampled"] if sampled else best  # the tree timed at T = 1 serves every T > 0
     for k, v in (("depth", best["depth"]), ("tree_topk", best.get("top_k", 8)), ("total_tokens", best["total_tokens"])):
         ss[k] = ss["w_" + k] = int(v)
     floor = float(best.get("min_prob", 0.0))
@@ -114,7 +116,7 @@ def _apply_tuned() -> None:
     said = dict(depth=best["depth"], tau=best["tau"], tps=best["tok_s"], van=best["vanilla_tok_s"],
                 sp=best.get("speedup", best["tok_s"] / best["vanilla_tok_s"]))
     msg = tr("sb.tune_done_floor", p=floor, **said) if floor > 0 else tr("sb.tune_done", n=best["total_tokens"], **said)
-    ss["tune_msg"] = (m, "ok", msg)
+    ss["tune_msg"] = (m, "ok", msg + (" " + tr("sb.tune_at_t1") if sampled else ""))
 
 
 def render_sidebar() -> None:

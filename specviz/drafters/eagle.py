@@ -71,6 +71,9 @@ class EagleDrafter(Drafter):
         self.window = window
         self.base = 0  # the first context token the head's cache holds
         self.tuning = None  # the device-tuned choice (specviz.tuning), when one was made
+        # the tree used at T > 0 when it differs (a tuned drafter: specviz.tuning times trees per
+        # temperature): depth / total_tokens / min_prob, or a static tree's paths
+        self.sampled_shape = None
 
     # ------------------------------------------------------------------ state
     def _features(self, taps: dict) -> torch.Tensor:
@@ -191,15 +194,14 @@ class EagleDrafter(Drafter):
                     order.append(i)
             return self._dist(torch.stack([outs[i] for i in nodes]), params)
 
+        alt = None if params.greedy else self.sampled_shape
         if self.tree_kind == "static":
-            tree = build_static_tree(int(root), self.static_tree, expand)
-        elif self.draw == "sample" and not params.greedy:
-            tree = build_sampled_tree(int(root), expand, self.depth, self.top_k, self.total_tokens, generator,
-                                      min_prob=self.min_prob)
-        else:
-            tree = build_dynamic_tree(int(root), expand, self.depth, self.top_k, self.total_tokens,
-                                      min_prob=self.min_prob)
-        return tree
+            return build_static_tree(int(root), alt["paths"] if alt else self.static_tree, expand)
+        depth, total, floor = ((alt["depth"], alt["total_tokens"], float(alt.get("min_prob", 0.0))) if alt
+                               else (self.depth, self.total_tokens, self.min_prob))
+        if self.draw == "sample" and not params.greedy:
+            return build_sampled_tree(int(root), expand, depth, self.top_k, total, generator, min_prob=floor)
+        return build_dynamic_tree(int(root), expand, depth, self.top_k, total, min_prob=floor)
 
 
 _HEADS: OrderedDict = OrderedDict()  # (model id, folder, files' stamps) -> (model, head)
@@ -253,6 +255,7 @@ def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = No
     d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=tuned["paths"] if tuned else static_tree,
                      window=draft_window(head, window))
     d.tuning = tuned
+    d.sampled_shape = (tuned or {}).get("sampled")
     return d
 
 
@@ -266,6 +269,7 @@ def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_token
                      total_tokens=total_tokens or 24, min_prob=min_prob or 0.0, window=draft_window(head, window),
                      draw=draw or "top")
     d.tuning = tuned
+    d.sampled_shape = (tuned or {}).get("sampled")
     return d
 
 

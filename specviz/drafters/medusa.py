@@ -34,6 +34,7 @@ class MedusaDrafter(Drafter):
         self.tree = tree or default_medusa_tree(heads.n_heads)
         self.last = None
         self.tuning = None
+        self.sampled_shape = None  # the tuned tree for T > 0 when it differs ({"paths": ...}, specviz.tuning)
 
     def reset(self, context, taps):
         self.last = taps["final"][-1] if context else None
@@ -61,7 +62,8 @@ class MedusaDrafter(Drafter):
             d = tree.depths
             return torch.stack([dists[d[i]] for i in nodes])
 
-        return build_static_tree(int(root), self.tree, expand)
+        alt = None if params.greedy else self.sampled_shape
+        return build_static_tree(int(root), alt["paths"] if alt else self.tree, expand)
 
 
 def make_drafter(target, head_dir=None, tree=None, tuned: dict | None = None, **kw):
@@ -75,4 +77,5 @@ def make_drafter(target, head_dir=None, tree=None, tuned: dict | None = None, **
     heads = load_head(folder, target=model, dtype=model.dtype)
     d = MedusaDrafter(heads, model, tree=tuned["paths"] if tuned else tree)
     d.tuning = tuned
+    d.sampled_shape = (tuned or {}).get("sampled")
     return d

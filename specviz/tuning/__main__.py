@@ -51,11 +51,14 @@ def main(argv=None) -> int:
                 if best is None:
                     print(f"{m}: no {PROFILE_FILE} for the shipped head; run `python -m specviz.tuning profile` first")
                     continue
-                shape = f"depth {best['depth']}, " if "depth" in best else ""
-                size = f"paths at least {best['min_prob']:.2f} likely" if best.get("min_prob") else f"{best['total_tokens']} nodes"
-                print(f"{m}: best {shape}{size}: measured tau {best['tau']:.2f}, {best['tok_s']:.1f} tok/s "
-                      f"(vanilla {best['vanilla_tok_s']:.1f}, x{best['speedup']:.2f} paired by prompt); the model had "
-                      f"tau {best['model_tau']:.2f}, {1000 * best['seconds']:.1f} ms/round -> {best['model_tok_s']:.1f} tok/s")
+                for b, when in ((best, "greedy"), (best.get("sampled"), "T > 0 (timed at T = 1)")):
+                    if b is None:
+                        continue
+                    shape = f"depth {b['depth']}, " if "depth" in b else ""
+                    size = f"paths at least {b['min_prob']:.2f} likely" if b.get("min_prob") else f"{b['total_tokens']} nodes"
+                    print(f"{m} {when}: best {shape}{size}: measured tau {b['tau']:.2f}, {b['tok_s']:.1f} tok/s "
+                          f"(vanilla {b['vanilla_tok_s']:.1f}, x{b['speedup']:.2f} paired by prompt); the model had "
+                          f"tau {b['model_tau']:.2f}, {1000 * b['seconds']:.1f} ms/round -> {b['model_tok_s']:.1f} tok/s")
             print(f"costs cached in {cost_file(target.model)}")
     except SpecVizError as e:
         print(f"error: {e}", file=sys.stderr)
