@@ -373,6 +373,24 @@ inline __m512 exp_approx16(__m512 x) {
     const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
 }
+#elif BLOCKMM_SIMD == 256
+// exp_approx on 8 lanes (AVX2): the same operations in the same order, so bit for bit the same
+// values. Without it an AVX2 CPU ran the softmax and SwiGLU exponentials one at a time.
+inline __m256 exp_approx8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    const __m256 n = _mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _mm256_set1_ps(0.5f)));
+    x = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f)));
+    x = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_add_ps(_mm256_mul_ps(y, x), _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_add_ps(_mm256_mul_ps(y, x), _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_add_ps(_mm256_mul_ps(y, x), _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_add_ps(_mm256_mul_ps(y, x), _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_add_ps(_mm256_mul_ps(y, x), _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(y, x), x), x), _mm256_set1_ps(1.0f));
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+}
 #endif
 
 // p[j] = exp(p[j] - mx), or 0 where p[j] is -inf (a hidden key)
@@ -384,6 +402,13 @@ inline void softmax_numerators(float* p, int64_t S, float mx) {
         const __m512 v = _mm512_loadu_ps(p + j);
         const __mmask16 hidden = _mm512_cmp_ps_mask(v, ninf, _CMP_EQ_OQ);
         _mm512_storeu_ps(p + j, _mm512_mask_blend_ps(hidden, exp_approx16(_mm512_sub_ps(v, m)), _mm512_setzero_ps()));
+    }
+#elif BLOCKMM_SIMD == 256
+    const __m256 m = _mm256_set1_ps(mx), ninf = _mm256_set1_ps(-INFINITY);
+    for (; j + 8 <= S; j += 8) {
+        const __m256 v = _mm256_loadu_ps(p + j);
+        const __m256 hidden = _mm256_cmp_ps(v, ninf, _CMP_EQ_OQ);
+        _mm256_storeu_ps(p + j, _mm256_blendv_ps(exp_approx8(_mm256_sub_ps(v, m)), _mm256_setzero_ps(), hidden));
     }
 #endif
     for (; j < S; ++j) p[j] = p[j] == -INFINITY ? 0.f : exp_approx(p[j] - mx);
@@ -399,6 +424,14 @@ inline void swiglu(const float* gate, const float* up, float* act, int64_t n) {
         const __m512 e = exp_approx16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(g), sign)));
         _mm512_storeu_ps(act + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
                                                 _mm512_loadu_ps(up + i)));
+    }
+#elif BLOCKMM_SIMD == 256
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 e = exp_approx8(_mm256_xor_ps(g, sign));
+        _mm256_storeu_ps(act + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)),
+                                                _mm256_loadu_ps(up + i)));
     }
 #endif
     for (; i < n; ++i) act[i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
