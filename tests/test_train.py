@@ -113,6 +113,34 @@ def test_training_resumes(tiny, tmp_path):
     assert info["steps"] == 10
 
 
+@pytest.mark.parametrize("has_bf16", [False, True])
+def test_autocast_runs_in_fp32_on_a_cpu_without_native_bf16(tiny, tmp_path, monkeypatch, has_bf16):
+    """Emulated bf16 made a step >20x slower than fp32 on a Zen 3: there `--autocast` is refused
+    with a note and the run trains in fp32; with AVX-512 BF16 / AMX it stays on."""
+    from specviz.train import trainers
+
+    model, data = tiny
+    monkeypatch.setattr(trainers, "cpu_has_bf16", lambda: has_bf16)
+    seen = []
+    real = torch.autocast
+    monkeypatch.setattr(trainers.torch, "autocast", lambda *a, **k: seen.append(k["enabled"]) or real(*a, **k))
+    logs = []
+    cfg = TrainConfig(method="eagle3", data_dir=str(data), out=str(tmp_path / "head"), ckpt_dir=str(tmp_path / "ck"),
+                      max_steps=2, lr=3e-3, warmup=1, max_tokens=256, draft_vocab=96, steps_ttt=2, autocast=True)
+    train(cfg, model=model, log=logs.append)
+    assert seen and all(e == has_bf16 for e in seen)
+    assert any("--autocast ignored" in line for line in logs) == (not has_bf16)
+
+
+def test_cpu_has_bf16_reads_the_flags():
+    from specviz.machine import cpu_has_bf16
+
+    zen3 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n"
+    zen5 = "processor\t: 0\nflags\t\t: fpu avx2 fma avx512f avx512_bf16 avx512_vnni\n"
+    assert cpu_has_bf16(zen3) is False and cpu_has_bf16(zen5) is True
+    assert cpu_has_bf16("model name\t: something\n") is None  # no flags line: unknown, left alone
+
+
 @pytest.mark.parametrize("method", ["eagle3", "eagle1"])
 def test_init_fine_tunes_an_exported_head(tiny, tmp_path, method):
     """--init starts from the exported weights (and EAGLE-3's draft vocabulary), not from a fresh head."""
