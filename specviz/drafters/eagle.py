@@ -71,9 +71,12 @@ class EagleDrafter(Drafter):
         self.window = window
         self.base = 0  # the first context token the head's cache holds
         self.tuning = None  # the device-tuned choice (specviz.tuning), when one was made
-        # the tree used at T > 0 when it differs (a tuned drafter: specviz.tuning times trees per
-        # temperature): depth / total_tokens / min_prob, or a static tree's paths
-        self.sampled_shape = None
+
+    @property
+    def sampled_shape(self) -> dict | None:
+        """The tree used at T > 0 when the tuner timed one there (specviz.tuning times trees per
+        temperature): depth / total_tokens / min_prob, or a static tree's paths."""
+        return (self.tuning or {}).get("sampled")
 
     # ------------------------------------------------------------------ state
     def _features(self, taps: dict) -> torch.Tensor:
@@ -255,7 +258,6 @@ def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = No
     d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=tuned["paths"] if tuned else static_tree,
                      window=draft_window(head, window))
     d.tuning = tuned
-    d.sampled_shape = (tuned or {}).get("sampled")
     return d
 
 
@@ -269,7 +271,6 @@ def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_token
                      total_tokens=total_tokens or 24, min_prob=min_prob or 0.0, window=draft_window(head, window),
                      draw=draw or "top")
     d.tuning = tuned
-    d.sampled_shape = (tuned or {}).get("sampled")
     return d
 
 

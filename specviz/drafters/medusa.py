@@ -34,7 +34,11 @@ class MedusaDrafter(Drafter):
         self.tree = tree or default_medusa_tree(heads.n_heads)
         self.last = None
         self.tuning = None
-        self.sampled_shape = None  # the tuned tree for T > 0 when it differs ({"paths": ...}, specviz.tuning)
+
+    @property
+    def sampled_shape(self) -> dict | None:
+        """The tuned tree for T > 0 when the tuner timed one there ({"paths": ...}, specviz.tuning)."""
+        return (self.tuning or {}).get("sampled")
 
     def reset(self, context, taps):
         self.last = taps["final"][-1] if context else None
@@ -77,5 +81,4 @@ def make_drafter(target, head_dir=None, tree=None, tuned: dict | None = None, **
     heads = load_head(folder, target=model, dtype=model.dtype)
     d = MedusaDrafter(heads, model, tree=tuned["paths"] if tuned else tree)
     d.tuning = tuned
-    d.sampled_shape = (tuned or {}).get("sampled")
     return d
