@@ -148,11 +148,12 @@ def _reference_layer(x, w, cos, sin, k_ctx, v_ctx, mask, n_heads, eps):
     return x + (torch.nn.functional.silu(gate) * up) @ d["w2"].T, k, v
 
 
-@pytest.mark.parametrize("L", [0, 37])
-def test_fused_layer_matches_float64_reference(lib, L):
+@pytest.mark.parametrize("L,hd", [(0, 64), (37, 64), (37, 128), (83, 128)])
+def test_fused_layer_matches_float64_reference(lib, L, hd):
     """The one-call C++ layer (vectorised scores over 16 keys, masked tree attention, SwiGLU) against
-    a float64 reference: a 5-node tree after L committed positions, 2 query heads sharing 1 kv head."""
-    H, n_heads, n_kv, hd, inter, T, max_len, eps = 128, 2, 1, 64, 96, 5, 64, 1e-5
+    a float64 reference: a 5-node tree after L committed positions, 2 query heads sharing 1 kv head,
+    at both head sizes the vector attention has its own code for (64: SmolLM2; 128: most Llamas)."""
+    H, n_heads, n_kv, inter, T, max_len, eps = 128, 2, 1, 96, 5, 96, 1e-5
     g = torch.Generator().manual_seed(L)
     blocks = {"wqkv": random_blocks("q4_1", (n_heads + 2 * n_kv) * hd, H, seed=1),
               "wo": random_blocks("q4_1", H, n_heads * hd, seed=2),

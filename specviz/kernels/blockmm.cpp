@@ -483,16 +483,27 @@ inline void weighted_values(const float* p, int64_t j0, int64_t j1, float sum, c
     weighted_values_q<NC, 1>(&p, j0, j1, &sum, vals, hd, &out);
 }
 #elif BLOCKMM_SIMD == 256
-// the same with 8 lanes a register: NC = hd / 8 (each lane's sum is the plain loop's, so the same bits)
+// the same with 8 lanes a register: NC = hd / 8 (each lane's sum is the plain loop's, so the same bits).
+// The weights p[j] / sum are divided 8 keys at a time (a vector division rounds each lane as the
+// scalar one does); one scalar division per key and query cost about as much as its multiply-adds.
 template <int NC>
 inline void weighted_values(const float* p, int64_t j0, int64_t j1, float sum, const float* vals, int64_t hd, float* out) {
     __m256 acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm256_loadu_ps(out + 8 * c);
-    for (int64_t j = j0; j < j1; ++j) {
-        if (p[j] == 0.f) continue;
-        const __m256 wj = _mm256_set1_ps(p[j] / sum);
-        const float* v = vals + j * hd;
-        for (int c = 0; c < NC; ++c) acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(wj, _mm256_loadu_ps(v + 8 * c)));
+    alignas(32) float w[8];
+    const __m256 vsum = _mm256_set1_ps(sum);
+    for (int64_t b0 = j0; b0 < j1; b0 += 8) {
+        const int64_t n = j1 - b0 < 8 ? j1 - b0 : 8;
+        if (n == 8)
+            _mm256_store_ps(w, _mm256_div_ps(_mm256_loadu_ps(p + b0), vsum));
+        else
+            for (int64_t k = 0; k < n; ++k) w[k] = p[b0 + k] / sum;
+        for (int64_t k = 0; k < n; ++k) {
+            if (p[b0 + k] == 0.f) continue;
+            const __m256 wj = _mm256_broadcast_ss(w + k);
+            const float* v = vals + (b0 + k) * hd;
+            for (int c = 0; c < NC; ++c) acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(wj, _mm256_loadu_ps(v + 8 * c)));
+        }
     }
     for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out + 8 * c, acc[c]);
 }
@@ -575,8 +586,48 @@ inline void transpose8(__m256 r[8]) {
 }
 #endif
 
+#if BLOCKMM_SIMD == 256
+// dot16_keys for 8 keys of C * 16 floats, C fixed: the query stays in 2 C registers for all 8 keys
+// (the loop over a run-time n loaded it again for every key: twice the loads of the keys).
+template <int C>
+inline void dot16_keys8(const float* q, const float* keys, float scale, float* out) {
+    __m256 ql[C], qh[C];
+    for (int c = 0; c < C; ++c) {
+        ql[c] = _mm256_loadu_ps(q + 16 * c);
+        qh[c] = _mm256_loadu_ps(q + 16 * c + 8);
+    }
+    __m256 lo[8], hi[8];
+    for (int j = 0; j < 8; ++j) {
+        const float* k = keys + j * 16 * C;
+        __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+        for (int c = 0; c < C; ++c) {
+            a = _mm256_add_ps(a, _mm256_mul_ps(ql[c], _mm256_loadu_ps(k + 16 * c)));
+            b = _mm256_add_ps(b, _mm256_mul_ps(qh[c], _mm256_loadu_ps(k + 16 * c + 8)));
+        }
+        lo[j] = a;
+        hi[j] = b;
+    }
+    transpose8(lo);
+    transpose8(hi);
+    __m256 s = _mm256_setzero_ps();
+    for (int l = 0; l < 8; ++l) s = _mm256_add_ps(s, lo[l]);
+    for (int l = 0; l < 8; ++l) s = _mm256_add_ps(s, hi[l]);
+    _mm256_storeu_ps(out, _mm256_mul_ps(s, _mm256_set1_ps(scale)));
+}
+#endif
+
 inline void dot16_keys(const float* q, const float* keys, int64_t n, float scale, float* out) {
 #if BLOCKMM_SIMD == 256
+    if (n == 64) {  // head size 64 (SmolLM2, most small Llamas)
+        dot16_keys8<4>(q, keys, scale, out);
+        dot16_keys8<4>(q, keys + 8 * n, scale, out + 8);
+        return;
+    }
+    if (n == 128) {
+        dot16_keys8<8>(q, keys, scale, out);
+        dot16_keys8<8>(q, keys + 8 * n, scale, out + 8);
+        return;
+    }
     // 8 keys at a time: lanes 0-7 and 8-15 of each key's sums, transposed, then added serially
     // lane by lane (0..15) for the 8 keys side by side: dot16's additions, dot16's order
     for (int j0 = 0; j0 < 16; j0 += 8) {
@@ -654,26 +705,22 @@ inline float max_of(const float* p, int64_t S) {
 }
 
 // sums[i] = p_i[0] + p_i[1] + ... in key order (the softmax denominators, each a serial chain so that
-// every query gets the bits it gets alone), four rows side by side so their chains overlap.
+// every query gets the bits it gets alone), up to four rows side by side so their chains overlap
+// (a task of one to three queries ran them one chain at a time).
+template <int R>
+inline void serial_sums_r(const float* rows, int64_t S, float* sums) {
+    float s[R] = {};
+    for (int64_t j = 0; j < S; ++j)
+        for (int r = 0; r < R; ++r) s[r] += rows[r * S + j];
+    for (int r = 0; r < R; ++r) sums[r] = s[r];
+}
+
 inline void serial_sums(const float* rows, int64_t n, int64_t S, float* sums) {
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        const float *p0 = rows + i * S, *p1 = p0 + S, *p2 = p1 + S, *p3 = p2 + S;
-        float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-        for (int64_t j = 0; j < S; ++j) {
-            s0 += p0[j];
-            s1 += p1[j];
-            s2 += p2[j];
-            s3 += p3[j];
-        }
-        sums[i] = s0, sums[i + 1] = s1, sums[i + 2] = s2, sums[i + 3] = s3;
-    }
-    for (; i < n; ++i) {
-        const float* p = rows + i * S;
-        float s = 0.f;
-        for (int64_t j = 0; j < S; ++j) s += p[j];
-        sums[i] = s;
-    }
+    for (; i + 4 <= n; i += 4) serial_sums_r<4>(rows + i * S, S, sums + i);
+    if (n - i == 3) serial_sums_r<3>(rows + i * S, S, sums + i);
+    if (n - i == 2) serial_sums_r<2>(rows + i * S, S, sums + i);
+    if (n - i == 1) serial_sums_r<1>(rows + i * S, S, sums + i);
 }
 
 // Attention of queries [i0, i1) of kv group g, query i = token i % T of head g * rep + i / T:
