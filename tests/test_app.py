@@ -274,6 +274,9 @@ def test_tune_tree_button_applies_the_tree_timed_at_the_sidebars_temperature(pin
     got = (at.session_state["depth"], at.session_state["total_tokens"])
     assert got == ((1, 2) if temperature else (favourite["depth"], favourite["total_tokens"]))
     assert any("Timed at temperature 1" in c.value for c in at.caption) == bool(temperature)
+    # the T = 1 timing drew EAGLE-3's drafts from q: the applied settings must draft the same way
+    assert at.session_state["draw_sample"] == bool(temperature)
+    assert any("drawn from q" in c.value for c in at.caption) == bool(temperature)
 
 
 def test_rule_page_single_draw_stepper():

@@ -113,10 +113,13 @@ def _apply_tuned() -> None:
         ss[k] = ss["w_" + k] = int(v)
     floor = float(best.get("min_prob", 0.0))
     ss["min_prob"] = ss["w_min_prob"] = floor
+    drawn = sampled and m in registry.DRAWABLE
+    if drawn:  # timed with drafts drawn from q: run it that way, not with EAGLE's top-k drafts
+        ss["draw_sample"] = ss["w_draw_sample"] = True
     said = dict(depth=best["depth"], tau=best["tau"], tps=best["tok_s"], van=best["vanilla_tok_s"],
                 sp=best.get("speedup", best["tok_s"] / best["vanilla_tok_s"]))
     msg = tr("sb.tune_done_floor", p=floor, **said) if floor > 0 else tr("sb.tune_done", n=best["total_tokens"], **said)
-    ss["tune_msg"] = (m, "ok", msg + (" " + tr("sb.tune_at_t1") if sampled else ""))
+    ss["tune_msg"] = (m, "ok", msg + (" " + tr("sb.tune_at_t1") if sampled else "") + (" " + tr("sb.tune_drawn") if drawn else ""))
 
 
 def render_sidebar() -> None:

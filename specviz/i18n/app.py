@@ -59,6 +59,7 @@ STRINGS: dict[str, tuple[str, str]] = {
                      "已调优：深度 {depth}，{n} 个节点：在本机内置提示上实测 tau {tau:.2f}、{tps:.1f} 词元/秒（普通解码 {van:.1f}；逐提示配对为 {sp:.2f} 倍）。"),
     "sb.tune_at_t1": ("Timed at temperature 1, where rounds accept less: the tree for any temperature above 0.",
                       "在温度 1 下计时（采样时每轮接受得更少）：温度大于 0 时都用这棵树。"),
+    "sb.tune_drawn": ("Its drafts are drawn from q, as they were when it was timed.", "其草稿从 q 中抽取，与计时时一致。"),
     "sb.tune_done_floor": ("Tuned: depth {depth}, paths at least {p:.2f} likely (a tree as large as the head is sure): tau "
                            "{tau:.2f}, {tps:.1f} tok/s measured here on built-in prompts (vanilla {van:.1f}; {sp:.2f}x, paired by prompt).",
                            "已调优：深度 {depth}，只保留概率不低于 {p:.2f} 的路径（草稿头有多大把握，树就多大）：在本机内置提示上实测 "
