@@ -587,6 +587,17 @@ inline void transpose8(__m256 r[8]) {
 #endif
 
 #if BLOCKMM_SIMD == 256
+// out[j] = scale * (sum of lanes 0..7 of lo[j], then of hi[j], one by one) for 8 keys: their lane sums
+// transposed so that the 16 serial additions of the 8 keys run side by side (dot16's order)
+inline void store_key_sums8(__m256 lo[8], __m256 hi[8], float scale, float* out) {
+    transpose8(lo);
+    transpose8(hi);
+    __m256 s = _mm256_setzero_ps();
+    for (int l = 0; l < 8; ++l) s = _mm256_add_ps(s, lo[l]);
+    for (int l = 0; l < 8; ++l) s = _mm256_add_ps(s, hi[l]);
+    _mm256_storeu_ps(out, _mm256_mul_ps(s, _mm256_set1_ps(scale)));
+}
+
 // dot16_keys for 8 keys of C * 16 floats, C fixed: the query stays in 2 C registers for all 8 keys
 // (the loop over a run-time n loaded it again for every key: twice the loads of the keys).
 template <int C>
@@ -607,12 +618,7 @@ inline void dot16_keys8(const float* q, const float* keys, float scale, float* o
         lo[j] = a;
         hi[j] = b;
     }
-    transpose8(lo);
-    transpose8(hi);
-    __m256 s = _mm256_setzero_ps();
-    for (int l = 0; l < 8; ++l) s = _mm256_add_ps(s, lo[l]);
-    for (int l = 0; l < 8; ++l) s = _mm256_add_ps(s, hi[l]);
-    _mm256_storeu_ps(out, _mm256_mul_ps(s, _mm256_set1_ps(scale)));
+    store_key_sums8(lo, hi, scale, out);
 }
 #endif
 
@@ -642,12 +648,7 @@ inline void dot16_keys(const float* q, const float* keys, int64_t n, float scale
             lo[j] = a;
             hi[j] = b;
         }
-        transpose8(lo);
-        transpose8(hi);
-        __m256 s = _mm256_setzero_ps();
-        for (int l = 0; l < 8; ++l) s = _mm256_add_ps(s, lo[l]);
-        for (int l = 0; l < 8; ++l) s = _mm256_add_ps(s, hi[l]);
-        _mm256_storeu_ps(out + j0, _mm256_mul_ps(s, _mm256_set1_ps(scale)));
+        store_key_sums8(lo, hi, scale, out + j0);
     }
 #elif defined(__AVX512F__)
     __m512 lanes[16];
