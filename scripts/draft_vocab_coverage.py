@@ -13,11 +13,10 @@ larger ones (the shipped tokens plus the lowest ids missing, the tokenizer's mos
 from __future__ import annotations
 
 import argparse
-import glob
+from collections import defaultdict
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
 from specviz.bench import load_prompts
 from specviz.engine import SpeculativeDecoder
@@ -25,16 +24,13 @@ from specviz.heads.io import load_head, shipped_head_dir
 from specviz.methods import make_drafter
 from specviz.sampling import SamplingParams
 from specviz.target import load_target
+from specviz.train.data import SeqData
 
 
 def heldout_argmax(data_dir: str) -> torch.Tensor:
     """The target's argmax at each response position of the greedy held-out rows."""
-    out = []
-    for path in sorted(glob.glob(str(Path(data_dir).expanduser() / "heldout-*.safetensors"))):
-        f = safe_open(path, "pt")
-        top1, temp, start = f.get_tensor("topk_ids")[:, 0], f.get_tensor("temp"), f.get_tensor("lab_start")
-        out += [top1[start[i] : start[i + 1]] for i in range(len(temp)) if temp[i] == 0]
-    return torch.cat(out) if out else torch.zeros(0, dtype=torch.long)
+    held = SeqData(Path(data_dir).expanduser(), "heldout", taps=[])
+    return torch.cat([s["topk_ids"][:, 0] for s in held.seqs if s.get("temp", 0.0) == 0.0])
 
 
 def main() -> None:
@@ -58,20 +54,18 @@ def main() -> None:
         grown[(~shipped).nonzero()[:, 0][: max(n - int(shipped.sum()), 0)]] = True
         vocabs[f"shipped + lowest ids to {n}"] = grown
 
-    sets: dict[str, dict[str, torch.Tensor]] = {}
+    by_category = defaultdict(list)  # the target's greedy tokens per prompt category
     vanilla = make_drafter("vanilla", target)
     for p in load_prompts(args.prompts, args.limit):
         dec = SpeculativeDecoder(target, vanilla, SamplingParams(), detail=False)
         dec.start(target.tokenizer.chat_ids(p["prompt"]), args.max_new_tokens)
-        toks = torch.tensor(dec.generate().tokens)
-        cat = p.get("category", "all")
-        sets.setdefault(Path(args.prompts).stem, {}).setdefault(cat, torch.zeros(0, dtype=torch.long))
-        sets[Path(args.prompts).stem][cat] = torch.cat([sets[Path(args.prompts).stem][cat], toks])
+        by_category[p.get("category", "all")] += dec.generate().tokens
+    sets = {Path(args.prompts).stem: {c: torch.tensor(t) for c, t in by_category.items()}}
     if args.data:
         sets["held-out greedy"] = {"all": heldout_argmax(args.data)}
     for name, cats in sets.items():
+        every = torch.cat(list(cats.values()))
         for label, mask in vocabs.items():
-            every = torch.cat(list(cats.values()))
             parts = " ".join(f"{c[:12]} {(~mask[t]).float().mean():.3f}" for c, t in sorted(cats.items()) if len(cats) > 1)
             print(f"{name} ({len(every)} tokens), {label}: outside {(~mask[every]).float().mean():.3f}  {parts}")
 
