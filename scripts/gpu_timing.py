@@ -28,7 +28,7 @@ from specviz.drafters.eagle import EagleDrafter  # noqa: E402
 from specviz.engine import SpeculativeDecoder  # noqa: E402
 from specviz.heads import Eagle3Head, head_config_from_target  # noqa: E402
 from specviz.sampling import SamplingParams  # noqa: E402
-from specviz.target import Target, TargetModel  # noqa: E402
+from specviz.target import KVCache, Target, TargetModel  # noqa: E402
 
 SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, n_layers=30, n_heads=9, n_kv_heads=3,
                head_dim=64, rope_theta=100000.0, tie_embeddings=True)
@@ -111,7 +111,7 @@ def decode(target, drafter, prompt, new) -> dict:
 def set_graphs(model, head, on: bool):
     model.cuda_graphs = on
     if on and model._cache_pool is None:
-        model._cache_pool = cudagraph.CachePool(model)
+        model._cache_pool = cudagraph.CachePool(model, KVCache.over)
     head.graphs = on
 
 

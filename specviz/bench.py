@@ -177,7 +177,7 @@ def load_hf(target, dtype, need_assistant: bool):
     dev = target.model.device  # the peers run where our runtime runs
     hf = {"model": LlamaForCausalLM.from_pretrained(str(target.folder), dtype=dtype).to(dev).eval()}
     if need_assistant:
-        hf["assistant"] = LlamaForCausalLM.from_pretrained(str(sps.default_sps_dir()), dtype=dtype).to(dev).eval()
+        hf["assistant"] = LlamaForCausalLM.from_pretrained(str(sps.default_sps_dir(target.model.name)), dtype=dtype).to(dev).eval()
     return hf
 
 

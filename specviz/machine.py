@@ -112,12 +112,13 @@ def pass_times(model, sizes=(1, 4, 16, 64), context: int = 300, repeats: int = 5
     over at most that many rows, as the engine computes it for a draft tree (the root and the
     likely path), instead of over all n."""
     g = torch.Generator().manual_seed(0)
-    ctx = torch.randint(100, 20000, (batch, context), generator=g)
+    lo, hi = min(100, model.cfg.vocab_size // 2), min(20000, model.cfg.vocab_size)  # ordinary ids of any vocabulary
+    ctx = torch.randint(lo, hi, (batch, context), generator=g)
     cache = model.new_cache(context + max(sizes) + 1, batch=batch)
     model(ctx, cache)
     cache.commit()
     sizes = list(sizes)
-    toks = {n: torch.randint(100, 20000, (batch, n), generator=g) for n in sizes}
+    toks = {n: torch.randint(lo, hi, (batch, n), generator=g) for n in sizes}
     out, done, total = {n: [] for n in sizes}, 0, len(sizes) * (repeats + 1)
     for r in range(repeats + 1):
         k = r % len(sizes)

@@ -9,6 +9,7 @@ and refuses a head whose hidden size or vocabulary does not fit the target.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -20,11 +21,14 @@ from .eagle import Eagle1Head, Eagle3Head
 from .medusa import MedusaHeads
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "heads"
+HEADS_ENV = "SPECVIZ_HEADS"  # another folder laid out like assets/heads (a GPU machine's staged copy, a rehearsal)
 _IGNORED = ("embed_tokens.weight", "layers.0.input_layernorm.weight")
 
 
 def shipped_head_dir(model_name: str, method: str) -> Path:
-    return ASSETS / model_name / method
+    """assets/heads/<model>/<method>, or the same under $SPECVIZ_HEADS when it is set."""
+    root = Path(os.environ[HEADS_ENV]) if os.environ.get(HEADS_ENV) else ASSETS
+    return root / model_name / method
 
 
 def save_head(head, folder, dtype=torch.float16, extra: dict | None = None) -> Path:

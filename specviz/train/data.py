@@ -28,6 +28,8 @@ R = total response positions):
   lab_start [n+1], topk_ids [R, K] int32, topk_logp [R, K] fp16 (label row r of a sequence =
   the target's distribution after token prompt_len - 1 + r, i.e. for response token r),
   temp [n] fp32 (0 = greedy row, > 0 sampled, -1 = scored original answer).
+Token-only shards (`--tokens-only`, for a GPU trainer that recomputes the taps and labels with
+`batches.online_batch`) hold tokens, seq_start, prompt_len and temp alone.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from tqdm import tqdm
 
 from .. import SpecVizError
 from ..loading import cache_root
-from ..target import load_target
+from ..target import KVCache, load_target
 from .sources import benchmark_texts, iter_sharegpt, load_conversations, read_conversations, score_batch, split_items
 
 
@@ -75,6 +77,7 @@ class GenConfig:
     min_first_turn_chars: int = 16  # train conversations' first turns of min..max characters; the held-out
     max_first_turn_chars: int = 1200  # set always comes from the default 16..1200 list (sources.load_conversations)
     resample: int = 0  # > 0: new samples of the train contexts (every row sampled, its own seeds); held-out unchanged
+    tokens_only: bool = False  # keep token ids only: taps and labels are recomputed when training (online_batch)
 
 
 def _row_temps(n: int, cfg: GenConfig, offset: int) -> list[float]:
@@ -95,10 +98,13 @@ def generate_batch(model, prompts_ids: list[list[int]], temps: list[float], cfg:
     """
     B = len(prompts_ids)
     dev = model.device
+    keep = not cfg.tokens_only
+    if not keep:
+        taps = ()
     lens = [len(p) for p in prompts_ids]
     P = max(lens)
     max_len = P + cfg.max_new_tokens + 1
-    cache = model.new_cache(max_len, batch=B)
+    cache = KVCache(model.cfg, max_len, B, model.dtype, dev)  # not the CUDA-graph pool's: graphed passes return logits
     tok = torch.zeros(B, P, dtype=torch.long)
     key_mask = torch.ones(B, max_len, dtype=torch.bool)
     for b, p in enumerate(prompts_ids):
@@ -139,11 +145,14 @@ def generate_batch(model, prompts_ids: list[list[int]], temps: list[float], cfg:
     logits = model.logits(out.hidden[:, -1])
     drawn = (~greedy).nonzero()[:, 0]  # the sampled rows: only they need a draw (49k exponentials a row)
     for step in range(cfg.max_new_tokens):
-        logp = torch.log_softmax(logits.float(), -1)
-        v, i = logp.topk(cfg.topk, -1)
-        lab_ids.append(i.int().cpu())
-        lab_logp.append(v.half().cpu())
-        nxt = i[:, 0].clone()  # the argmax (topk's first)
+        if keep:
+            logp = torch.log_softmax(logits.float(), -1)
+            v, i = logp.topk(cfg.topk, -1)
+            lab_ids.append(i.int().cpu())
+            lab_logp.append(v.half().cpu())
+            nxt = i[:, 0].clone()  # the argmax (topk's first)
+        else:
+            nxt = logits.argmax(-1)
         if len(drawn):
             scaled = logits[drawn].float() / temps_t[drawn, None]
             nxt[drawn] = torch.multinomial(scaled.softmax(-1), 1, generator=generator)[:, 0]
@@ -160,6 +169,9 @@ def generate_batch(model, prompts_ids: list[list[int]], temps: list[float], cfg:
         for t in taps:
             feats[t].append(out.taps[t].to(torch.bfloat16).cpu())
     gen = torch.stack(new_tokens, 1)  # [B, S]
+    if not keep:
+        return [dict(tokens=prompts_ids[b] + gen[b, : int(n_new[b])].tolist(), prompt_len=lens[b], temp=temps[b])
+                for b in range(B)]
     lab_ids = torch.stack(lab_ids, 1)
     lab_logp = torch.stack(lab_logp, 1)
     feats = {t: torch.cat(v, 1) for t, v in feats.items()}  # [B, P + S - 1, H]
@@ -187,20 +199,24 @@ def tap_name(t) -> str:
 
 
 def save_shard(path: Path, seqs: list[dict], taps) -> None:
+    """One batch's sequences; token-only sequences (no "topk_ids") make a token-only shard."""
     lens = [len(s["tokens"]) for s in seqs]
-    nf = [l - 1 for l in lens]
-    nl = [int(s["topk_ids"].shape[0]) for s in seqs]
     cum = lambda xs: torch.tensor([0] + list(torch.tensor(xs).cumsum(0).tolist()), dtype=torch.int64)
     st = {
         "tokens": torch.tensor(sum((s["tokens"] for s in seqs), []), dtype=torch.int32),
         "seq_start": cum(lens),
         "prompt_len": torch.tensor([s["prompt_len"] for s in seqs], dtype=torch.int32),
         "temp": torch.tensor([s["temp"] for s in seqs], dtype=torch.float32),
-        "feat_start": cum(nf),
-        "lab_start": cum(nl),
-        "topk_ids": torch.cat([s["topk_ids"] for s in seqs]).contiguous(),
-        "topk_logp": torch.cat([s["topk_logp"] for s in seqs]).contiguous(),
     }
+    if "topk_ids" not in seqs[0]:
+        taps = ()
+    else:
+        st.update({
+            "feat_start": cum([n - 1 for n in lens]),
+            "lab_start": cum([int(s["topk_ids"].shape[0]) for s in seqs]),
+            "topk_ids": torch.cat([s["topk_ids"] for s in seqs]).contiguous(),
+            "topk_logp": torch.cat([s["topk_logp"] for s in seqs]).contiguous(),
+        })
     for t in taps:
         st[tap_name(t)] = torch.cat([s["feats"][t] for s in seqs]).contiguous()
     tmp = path.with_suffix(".tmp")
@@ -220,7 +236,8 @@ def _batch_jobs(split: str, items, size, cfg: GenConfig, prefix: str = "") -> li
 
 
 def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "bf16", model_spec=None, log=print,
-          source: str = "regen", turns: str = "first", exclude_files=(), conversations=None, prefill_dtype: str = ""):
+          source: str = "regen", turns: str = "first", exclude_files=(), conversations=None, prefill_dtype: str = "",
+          device=None):
     """Generate (or resume) the data set into `out_dir`.
 
     source: "regen" (the target answers each train context), "scored" (the target scores the
@@ -236,11 +253,11 @@ def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "b
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
-    target = load_target(model_spec, dtype=dtypes[dtype])
+    target = load_target(model_spec, dtype=dtypes[dtype], device=device)
     model, tok = target.model, target.tokenizer
     prefill = None
     if prefill_dtype and prefill_dtype != dtype:  # regenerated train rows only: the held-out split stays as it was
-        prefill = load_target(model_spec, dtype=dtypes[prefill_dtype]).model
+        prefill = load_target(model_spec, dtype=dtypes[prefill_dtype], device=device).model
     taps = tuple(model.cfg.eagle3_layers()) + ("final",)
     # `conversations`: a copy from sources.export_conversations (same order), else the ShareGPT package
     convs = read_conversations(conversations) if conversations else load_conversations(iter_sharegpt(), seed=cfg.seed)
@@ -262,7 +279,8 @@ def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "b
         old.setdefault("min_first_turn_chars", 16)  # ... and before the first-turn characters
         old.setdefault("max_first_turn_chars", 1200)
         old.setdefault("resample", 0)  # ... and before --resample
-        for k in ("model", "hidden", "vocab", "seed", "max_new_tokens", "batch", "n_heldout", "turns",
+        old.setdefault("tokens_only", False)  # ... and before --tokens-only
+        for k in ("model", "hidden", "vocab", "seed", "max_new_tokens", "batch", "n_heldout", "turns", "tokens_only",
                   "min_first_turn_tokens", "max_first_turn_tokens", "min_first_turn_chars", "max_first_turn_chars",
                   "resample"):
             if old.get(k) != meta.get(k):
@@ -289,7 +307,9 @@ def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "b
     stats = {}
     for split, batch, name in todo:
         t1 = time.time()
-        if name.startswith("s"):
+        if name.startswith("s") and cfg.tokens_only:  # the original answers as they are: nothing to run
+            seqs, kind = [dict(tokens=c + a, prompt_len=len(c), temp=-1.0) for c, a in batch], "scored"
+        elif name.startswith("s"):
             seqs, kind = score_batch(model, batch, taps, cfg.topk), "scored"
         else:
             idx = int(name)
@@ -302,7 +322,7 @@ def build(out_dir, n_train: int, n_heldout: int, cfg: GenConfig, dtype: str = "b
                                         prefill_model=prefill if split == "train" else None), "regen"
         save_shard(out_dir / f"{split}-{name}.safetensors", seqs, taps)
         st = stats.setdefault(kind, [0, 0, 0.0])  # response positions, tokens, seconds
-        st[0] += sum(int(s["topk_ids"].shape[0]) for s in seqs)
+        st[0] += sum(len(s["tokens"]) - s["prompt_len"] for s in seqs)
         st[1] += sum(len(s["tokens"]) for s in seqs)
         st[2] += time.time() - t1
         ntok += sum(len(s["tokens"]) for s in seqs)
@@ -328,6 +348,7 @@ class SeqData:
         self.dirs = [Path(d) for d in str(data_dir).split(",") if d]
         self.split, self.taps, self.max_shards = split, taps, max_shards
         self.seqs, self.files = [], []
+        self.tokens_only = False  # every shard read holds token ids alone (taps and labels are computed online)
         if not self.refresh():
             raise SpecVizError(f"No {split} shards in {data_dir}: build the data first (python -m specviz.train data).")
 
@@ -354,15 +375,16 @@ class SeqData:
         with safe_open(str(f), "pt") as sf:
             keys = set(sf.keys())
             g = {k: sf.get_tensor(k) for k in keys if not k.startswith("feat.") or taps is None or k[5:] in taps}
-        ss, fs, ls = g["seq_start"], g["feat_start"], g["lab_start"]
+        ss = g["seq_start"]
+        tokens_only = "topk_ids" not in g
+        self.tokens_only = tokens_only if not self.seqs else self.tokens_only and tokens_only
         for i in range(len(ss) - 1):
-            s = dict(
-                tokens=g["tokens"][ss[i] : ss[i + 1]].long(),
-                prompt_len=int(g["prompt_len"][i]),
-                topk_ids=g["topk_ids"][ls[i] : ls[i + 1]].long(),
-                topk_logp=g["topk_logp"][ls[i] : ls[i + 1]].float(),
-                feats={k[5:]: v[fs[i] : fs[i + 1]] for k, v in g.items() if k.startswith("feat.")},
-            )
+            s = dict(tokens=g["tokens"][ss[i] : ss[i + 1]].long(), prompt_len=int(g["prompt_len"][i]))
+            if not tokens_only:
+                fs, ls = g["feat_start"], g["lab_start"]
+                s.update(topk_ids=g["topk_ids"][ls[i] : ls[i + 1]].long(),
+                         topk_logp=g["topk_logp"][ls[i] : ls[i + 1]].float(),
+                         feats={k[5:]: v[fs[i] : fs[i + 1]] for k, v in g.items() if k.startswith("feat.")})
             if "temp" in g:
                 s["temp"] = float(g["temp"][i])
             self.seqs.append(s)
@@ -374,4 +396,4 @@ class SeqData:
         return sum(len(s["tokens"]) for s in self.seqs)
 
     def n_response(self) -> int:
-        return sum(int(s["topk_ids"].shape[0]) for s in self.seqs)
+        return sum(len(s["tokens"]) - s["prompt_len"] for s in self.seqs)

@@ -26,7 +26,7 @@ from ..heads.io import _read_state, detect_method, load_head, save_head
 from ..heads.medusa import MedusaHeads
 from ..machine import cpu_has_bf16
 from ..target import load_target
-from .batches import Batch, batches, draft_vocab, index_map, make_batch, soft_ce, token_frequencies
+from .batches import Batch, batches, draft_vocab, index_map, make_batch, online_batch, soft_ce, token_frequencies
 from .data import SeqData
 
 
@@ -55,6 +55,9 @@ class TrainConfig:
     log_every: int = 10
     init: str = ""  # a head folder to fine-tune from (its weights and draft vocabulary), instead of a fresh head
     follow: bool = False  # read shards a data run wrote since, at each epoch start (train while the data grows)
+    model: str = ""  # the target checkpoint (default: SmolLM2)
+    grow_vocab: bool = False  # with init: grow an EAGLE-3 head's draft vocabulary to draft_vocab tokens
+    feature_dtype: str = "bf16"  # token-only data: precision of the target pass that recomputes taps and labels on a GPU
     extra: dict = field(default_factory=dict)
 
 
@@ -82,16 +85,39 @@ def build_head(method, tcfg, cfg: TrainConfig, data: SeqData, target_model):
     return head
 
 
-def init_head(folder, tcfg, method):
-    """A shipped head to fine-tune: more data should refine what 110 CPU minutes learnt, not restart it.
+def init_head(folder, tcfg, method, grow_to: int = 0, data: SeqData | None = None, target_model=None):
+    """A shipped head to fine-tune: more data should refine what the CPU learnt, not restart it.
 
-    The EAGLE-3 head keeps its own draft vocabulary (d2t), so its LM-head rows stay meaningful."""
+    The EAGLE-3 head keeps its own draft vocabulary (d2t), so its LM-head rows stay meaningful;
+    `grow_to` > its size adds the data's most frequent response tokens it lacks (`grow_vocab`)."""
     found = detect_method(_read_state(Path(folder)))
     if found != method:
         raise SpecVizError(f"--init {folder} holds a {found} head, not {method}.")
     head = load_head(folder, target_cfg=tcfg, dtype=torch.float32)
+    if method == "eagle3" and grow_to > head.draft_vocab_size:
+        head = grow_vocab(head, tcfg, grow_to, data, target_model)
     head.train()
     return head
+
+
+def grow_vocab(head: Eagle3Head, tcfg, size: int, data: SeqData, target_model) -> Eagle3Head:
+    """The same EAGLE-3 head with a larger draft vocabulary: every trained weight kept, the new
+    tokens (the data's most frequent response tokens outside the old vocabulary) start from the
+    target's own LM-head rows, as a fresh head's do."""
+    old = head.target_ids().cpu()
+    counts = token_frequencies(data, tcfg.vocab_size)
+    counts[old] = -1
+    extra = sorted(range(tcfg.vocab_size), key=lambda i: (-int(counts[i]), i))[: size - len(old)]
+    ids = torch.cat([old, torch.tensor(extra, dtype=torch.long)]).sort().values
+    grown = Eagle3Head(head_config_from_target(tcfg, draft_vocab_size=len(ids)))
+    grown.set_vocab(ids)
+    sd = {k: v for k, v in head.state_dict().items() if k not in ("lm_head.weight", "d2t", "t2d")}
+    grown.load_state_dict(sd, strict=False)
+    with torch.no_grad():
+        rows = target_model.lm_head[ids].float().clone()
+        rows[torch.searchsorted(ids, old)] = head.lm_head.weight.float()
+        grown.lm_head.weight.copy_(rows)
+    return grown
 
 
 def loss_vocab(method, head, data, tcfg, cfg):
@@ -161,13 +187,14 @@ def compute_loss(method, head, batch: Batch, taps, cfg: TrainConfig, vocab_ids, 
 
 @torch.no_grad()
 def evaluate(method, head, data: SeqData, taps, cfg: TrainConfig, vocab_ids, steps: int = 6, greedy_only=True,
-             device="cpu", max_tokens=4096):
+             device="cpu", max_tokens=4096, featurizer=None):
     """Held-out per-step top-1 agreement with the target, unrolling the head on its own outputs.
 
     step j at anchor t: the head has seen the true tokens up to t+1+j and its *own* states for
     steps < j (exactly what drafting a chain does); `acc[j]` = P(top-1 == target argmax), and
     `chain[j]` = P(steps 0..j all right) -> expected accepted length of a greedy chain of depth
-    `steps`: tau_chain = 1 + sum_j chain[j].
+    `steps`: tau_chain = 1 + sum_j chain[j]. `featurizer`: the target that computes the states of
+    token-only data (`online_batch`).
     """
     head.eval()
     seqs = [s for s in data.seqs if (s.get("temp", 0.0) == 0.0 or not greedy_only)]
@@ -180,7 +207,7 @@ def evaluate(method, head, data: SeqData, taps, cfg: TrainConfig, vocab_ids, ste
     count = torch.zeros(steps)
     n_anchor = 0
     for bi in batches(data_subset(seqs), max_tokens, random.Random(0)):
-        batch = make_batch([seqs[i] for i in bi], taps, imap, steps + 1, device=device)
+        batch = _make([seqs[i] for i in bi], taps, imap, steps + 1, device, featurizer)
         B, Tf = batch.tokens.shape[0], batch.Tf
         pos0 = torch.arange(Tf, device=device)[None].expand(B, Tf)
         ok_all = None
@@ -221,6 +248,27 @@ def evaluate(method, head, data: SeqData, taps, cfg: TrainConfig, vocab_ids, ste
             "tau_chain": round(1 + sum(ch), 3), "anchors": n_anchor, "sequences": len(seqs)}
 
 
+def _make(seqs, taps, imap, steps, device, featurizer) -> Batch:
+    """A batch from cached states, or from the target's pass when the data is token ids only."""
+    if featurizer is not None:
+        return online_batch(seqs, featurizer, taps, imap, steps)
+    return make_batch(seqs, taps, imap, steps, device=device)
+
+
+def _featurizer(cfg: TrainConfig, data: SeqData, held: SeqData, model, dev, log):
+    """The target that recomputes taps and labels of token-only data (None for cached states):
+    on a GPU a copy there in `feature_dtype`, on a CPU the fp32 model itself."""
+    if not (data.tokens_only or held.tokens_only):
+        return None
+    if data.tokens_only != held.tokens_only:
+        raise SpecVizError(f"{cfg.data_dir} mixes token-only shards with cached states: build one kind per folder.")
+    if dev.type == "cpu":
+        return model
+    dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32}
+    log(f"token-only data: the target recomputes taps and labels on {dev} in {cfg.feature_dtype}")
+    return load_target(cfg.model or None, dtype=dtypes[cfg.feature_dtype], device=dev, block_weights=False).model
+
+
 class _Subset:
     def __init__(self, seqs):
         self.seqs = seqs
@@ -242,7 +290,7 @@ def train(cfg: TrainConfig, log=print, model=None):
             "made a training step >20x slower than fp32 (Zen 3, session 22); training in fp32")
         cfg.autocast = False
     if model is None:
-        model = load_target(dtype=torch.float32, device="cpu").model
+        model = load_target(cfg.model or None, dtype=torch.float32, device="cpu").model
     tcfg = model.cfg
     taps = _tap_keys(cfg.method, tcfg)
     t_load = time.time()
@@ -250,7 +298,9 @@ def train(cfg: TrainConfig, log=print, model=None):
     held = SeqData(cfg.data_dir, "heldout", taps=taps, max_shards=cfg.max_shards or None)
     log(f"data: {len(data)} train sequences ({data.n_tokens()} tokens, {data.n_response()} response positions), "
         f"{len(held)} held-out; loaded in {time.time() - t_load:.0f} s")
-    head = init_head(cfg.init, tcfg, cfg.method) if cfg.init else build_head(cfg.method, tcfg, cfg, data, model)
+    feat = _featurizer(cfg, data, held, model, dev, log)
+    head = (init_head(cfg.init, tcfg, cfg.method, cfg.draft_vocab if cfg.grow_vocab else 0, data, model) if cfg.init
+            else build_head(cfg.method, tcfg, cfg, data, model))
     head = head.to(dev)
     embed = model.embed.to(dev)
     head.bind(embed, embed if tcfg.tie_embeddings else model.lm_head.to(dev))
@@ -297,7 +347,7 @@ def train(cfg: TrainConfig, log=print, model=None):
         plan = batches(data, cfg.max_tokens, ep_rng)
         while state["pos_in_epoch"] < len(plan) and not done():
             bi = plan[state["pos_in_epoch"]]
-            batch = make_batch([data.seqs[i] for i in bi], taps, imap, steps_ttt, device=dev)
+            batch = _make([data.seqs[i] for i in bi], taps, imap, steps_ttt, dev, feat)
             head.train()
             for g in opt.param_groups:
                 g["lr"] = lr_at(state["step"], state["elapsed"])
@@ -330,7 +380,7 @@ def train(cfg: TrainConfig, log=print, model=None):
                 log(json.dumps(entry))
                 run = {"loss": 0.0, "n": 0, "right": None, "count": None, "pos": 0}
             if cfg.eval_every and state["step"] % cfg.eval_every == 0:
-                ev = evaluate(cfg.method, head, held, taps, cfg, vocab_ids, device=dev)
+                ev = evaluate(cfg.method, head, held, taps, cfg, vocab_ids, device=dev, featurizer=feat)
                 state["history"].append(dict(step=state["step"], eval=ev))
                 log(json.dumps(dict(step=state["step"], eval=ev)))
             if time.time() - last_ck > cfg.ckpt_every_s:
@@ -342,8 +392,8 @@ def train(cfg: TrainConfig, log=print, model=None):
             state["pos_in_epoch"] = 0
     bar.close()
     save_ck()
-    ev = evaluate(cfg.method, head, held, taps, cfg, vocab_ids, device=dev)
-    ev_all = evaluate(cfg.method, head, held, taps, cfg, vocab_ids, device=dev, greedy_only=False)
+    ev = evaluate(cfg.method, head, held, taps, cfg, vocab_ids, device=dev, featurizer=feat)
+    ev_all = evaluate(cfg.method, head, held, taps, cfg, vocab_ids, device=dev, greedy_only=False, featurizer=feat)
     log("held-out (greedy rows): " + json.dumps(ev))
     log("held-out (all rows): " + json.dumps(ev_all))
     export(cfg, head, state, ev, ev_all, len(data), data.n_tokens(), data.n_response())
