@@ -2,8 +2,8 @@
 
 The GPU's work does not depend on the weights' values, so a random model of the default model's
 shape times the target pass, the greedy loop and an EAGLE-3 round as the real one would; only
-acceptance (tau) needs the real weights (that is specviz.bench). Used by scripts/gpu_check.sh,
-which cannot always carry the 98 MB GGUF to the GPU machine.
+acceptance (tau) needs the real weights (that is specviz.bench). Run by scripts/gpu_run.sh
+in its first command, before the 98 MB GGUF has arrived.
 
     python scripts/gpu_timing.py --out $OUT/gpu_timing.json          # on a CUDA machine
     python scripts/gpu_timing.py --device cpu --smoke                 # a quick run of the code path

@@ -31,7 +31,7 @@ from specviz.heads import Eagle1Head, Eagle3Head, MedusaHeads, head_config_from_
 from specviz.sampling import SamplingParams, probs  # noqa: E402
 from specviz.target import KVCache  # noqa: E402
 
-NO_CUDA = "no CUDA device: the GPU cases run where torch sees one (scripts/gpu_check.sh)"
+NO_CUDA = "no CUDA device: the GPU cases run where torch sees one (scripts/gpu_run.sh)"
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA))]
 METHODS = ["vanilla", "pld", "sps", "medusa", "eagle1", "eagle2", "eagle3"]
 # repeats so that prompt lookup finds n-grams to copy

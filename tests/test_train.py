@@ -445,3 +445,73 @@ def test_eval_tree_options_parse_and_refuse_what_a_drafter_does_not_take():
     for bad in ("depth", "width=3", "depth=six"):
         with pytest.raises(SpecVizError, match="--tree"):
             tree_options(bad)
+
+
+# ----------------------------------------------------------------------------- token-only data (the GPU run's)
+def test_online_batch_gives_the_cached_states_and_labels(tiny):
+    """The target's states and labels recomputed for token-only sequences are those the data build cached
+    (up to the shards' bf16 taps and fp16 log-probabilities)."""
+    from specviz.train.batches import index_map, make_batch, online_batch
+
+    model, folder = tiny
+    data = SeqData(folder, "train")
+    seqs = data.seqs[:6]
+    taps = [str(t) for t in model.cfg.eagle3_layers()] + ["final"]
+    imap = index_map(torch.arange(0, model.cfg.vocab_size, 2), model.cfg.vocab_size)  # half the vocabulary
+    cached = make_batch(seqs, taps, imap, steps=3)
+    bare = [dict(tokens=s["tokens"], prompt_len=s["prompt_len"], temp=s["temp"]) for s in seqs]
+    online = online_batch(bare, model, taps, imap, steps=3, topk=seqs[0]["topk_ids"].shape[1])
+    assert torch.equal(online.tokens, cached.tokens) and online.Tf == cached.Tf
+    assert torch.equal(online.valid, cached.valid) and torch.equal(online.greedy, cached.greedy)
+    assert torch.equal(online.start, cached.start)
+    for t in taps:
+        assert torch.allclose(online.feats[t], cached.feats[t], atol=0.02 * float(cached.feats[t].abs().max())), t
+    v = cached.valid
+    assert torch.equal(online.lab_top1[v], cached.lab_top1[v])
+    assert torch.allclose(online.lab_p[v], cached.lab_p[v], rtol=0.01, atol=1e-3)  # the shards keep fp16 log-probabilities
+
+
+def test_token_only_data_trains_with_states_recomputed(tmp_path):
+    model = tiny_target()
+    cfg = GenConfig(max_new_tokens=12, batch=8, topk=8, tokens_only=True)
+    g = torch.Generator().manual_seed(0)
+    for i, split in enumerate(["heldout", "train", "train"]):
+        prompts = [torch.randint(2, 128, (6 + b,), generator=g).tolist() for b in range(8)]
+        seqs = generate_batch(model, prompts, [0.0, 0.8] * 4, cfg, {1}, (2, "final"), g)
+        assert set(seqs[0]) == {"tokens", "prompt_len", "temp"}
+        save_shard(tmp_path / f"{split}-{i:05d}.safetensors", seqs, (2, "final"))
+    data = SeqData(tmp_path, "train")
+    assert data.tokens_only and len(data) == 16 and "feats" not in data.seqs[0]
+    assert data.n_response() == sum(len(s["tokens"]) - s["prompt_len"] for s in data.seqs)
+    out = tmp_path / "head"
+    cfg = TrainConfig(method="eagle3", data_dir=str(tmp_path), out=str(out), ckpt_dir=str(tmp_path / "ck"), max_steps=30,
+                      lr=3e-3, warmup=3, max_tokens=256, draft_vocab=96, steps_ttt=2, log_every=5)
+    head, ev = train(cfg, model=model, log=lambda s: None)
+    hist = [h for h in json.loads((out / "train_info.json").read_text())["history"] if "loss" in h]
+    assert hist[-1]["loss"] < 0.8 * hist[0]["loss"], hist
+    assert ev["anchors"] > 0
+
+
+def test_grow_vocab_keeps_the_trained_rows_and_adds_frequent_tokens(tiny, tmp_path):
+    from specviz.heads import Eagle3Head, head_config_from_target
+    from specviz.train.trainers import grow_vocab
+
+    model, folder = tiny
+    data = SeqData(folder, "train")
+    head = Eagle3Head(head_config_from_target(model.cfg, draft_vocab_size=40))
+    torch.nn.init.normal_(head.lm_head.weight)
+    head.set_vocab(torch.arange(3, 123, 3))
+    grown = grow_vocab(head, model.cfg, 64, data, model)
+    old, new = head.target_ids(), grown.target_ids()
+    assert len(new) == 64 and set(old.tolist()) <= set(new.tolist())
+    at = torch.searchsorted(new, old)
+    assert torch.equal(grown.lm_head.weight[at], head.lm_head.weight)
+    added = sorted(set(new.tolist()) - set(old.tolist()))
+    assert torch.equal(grown.lm_head.weight[torch.searchsorted(new, torch.tensor(added))], model.lm_head[added])
+    assert torch.equal(grown.fc.weight, head.fc.weight)
+    # the added tokens are the most frequent response tokens the old vocabulary lacked
+    from specviz.train.batches import token_frequencies
+
+    counts = token_frequencies(data, model.cfg.vocab_size)
+    counts[old] = -1
+    assert min(int(counts[a]) for a in added) >= int(counts.sort(descending=True).values[len(added)])

