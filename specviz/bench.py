@@ -28,7 +28,7 @@ from .drafters import sps
 from .engine import SpeculativeDecoder
 from .examples import EXAMPLE_PROMPTS
 from .machine import forward_curve, machine, weight_floor
-from .methods import DRAWABLE, ENGINE_METHODS, make_drafter
+from .methods import DRAWABLE, ENGINE_METHODS, get, make_drafter, tune
 from .sampling import SamplingParams
 from .target import load_target
 from .train import data as train_data
@@ -114,6 +114,8 @@ class Runner:
         self.last_prefill_s = 0.0
         if method not in HF_METHODS:
             extra = {"draw": draw} if draw and method in DRAWABLE else {}
+            if tree == "auto" and get(method).tunable:
+                tune(method, target)  # times this device's trees once (cached); the drafter then reads the pick
             self.drafter = make_drafter(method, target, tree_size=tree, **extra)
             self.tree = describe_tree(self.drafter, params)
 
@@ -156,19 +158,17 @@ class Runner:
 def describe_tree(drafter, params: SamplingParams = SamplingParams()) -> dict | None:
     """The tree a drafter uses at `params`, and why: device-tuned (with the tuner's timing on built-in
     prompts, greedy or at T = 1, and the model's predictions) or fixed."""
-    t = getattr(drafter, "tuning", None)
+    shape = drafter.shape
+    if shape is None:
+        return None
+    t = drafter.tuning
     if t:
         t = t.get("sampled", t) if not params.greedy else t
         keep = ("kind", "depth", "total_tokens", "min_prob", "tau", "tok_s", "vanilla_tok_s", "speedup", "model_tau",
                 "model_tok_s", "temperature")
-        return {"source": "device-tuned", **{k: t[k] for k in keep if k in t}, "draw": getattr(drafter, "draw", "top")}
-    if getattr(drafter, "tree_kind", None) == "dynamic":
-        out = {"source": "fixed", "kind": "dynamic", "depth": drafter.depth, "total_tokens": drafter.total_tokens}
-        return dict(out, min_prob=drafter.min_prob) if getattr(drafter, "min_prob", 0) else out
-    paths = getattr(drafter, "static_tree", None) or getattr(drafter, "tree", None)
-    if isinstance(paths, list):
-        return {"source": "fixed", "kind": "static", "total_tokens": len(paths) + 1}
-    return None
+        return {"source": "device-tuned", **{k: t[k] for k in keep if k in t}, "draw": shape.draw}
+    out = {k: v for k, v in shape.describe().items() if k != "top_k"}
+    return {"source": "fixed", **out}
 
 
 def load_hf(target, dtype, need_assistant: bool):

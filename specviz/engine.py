@@ -128,7 +128,7 @@ class SpeculativeDecoder:
             "generated": list(self.generated),
             "n_traces": len(self.traces),
             "rng": self.generator.get_state(),
-            "drafter": self.drafter.snapshot() if hasattr(self.drafter, "snapshot") else None,
+            "drafter": self.drafter.snapshot(),
             "done": self.done,
         }
 
@@ -138,8 +138,7 @@ class SpeculativeDecoder:
         self.generated = list(snap["generated"])
         self.traces = self.traces[: snap["n_traces"]]
         self.generator.set_state(snap["rng"])
-        if hasattr(self.drafter, "restore"):
-            self.drafter.restore(snap["drafter"])
+        self.drafter.restore(snap["drafter"])
         self.done = snap["done"]
 
     # ------------------------------------------------------------------ one round

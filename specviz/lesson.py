@@ -149,6 +149,17 @@ def picks(tr: RoundTrace, pick: str, min_accept: int = 2) -> bool:
     raise ValueError(pick)
 
 
+def _tree_of(drafter) -> dict:
+    """The recorded tree settings, as lessons have kept them: kind, depth, top_k, total_tokens
+    (None where the drafter has no tree shape or the kind no such number)."""
+    s = drafter.shape
+    if s is None:
+        return {"kind": "", "depth": None, "top_k": None, "total_tokens": None}
+    if s.kind == "static":
+        return {"kind": "static", "depth": max(len(p) for p in s.paths), "top_k": None, "total_tokens": s.total_tokens}
+    return {"kind": "dynamic", "depth": s.depth, "top_k": s.top_k, "total_tokens": s.total_tokens}
+
+
 def record_one(target, spec: RoundSpec, log=print) -> LessonRound:
     """Run `spec` from its first seed on; keep the first round that `picks` accepts."""
     seeds = [spec.seed] if spec.temperature == 0 else range(spec.seed, spec.seed + spec.seeds_to_try)
@@ -173,9 +184,7 @@ def record_one(target, spec: RoundSpec, log=print) -> LessonRound:
                     trace=tr,
                     heads=head_checksums(target, spec.method),
                     model=target.model.name,
-                    tree={"kind": getattr(d, "tree_kind", ""), "depth": getattr(d, "depth", None),
-                          "top_k": getattr(d, "top_k", None), "total_tokens": getattr(d, "total_tokens", None),
-                          "nodes": len(tr.nodes) - 1},
+                    tree={**_tree_of(d), "nodes": len(tr.nodes) - 1},
                     recorded={**_machine(), "dtype": "fp32", "blocks": getattr(target.model, "blocks", None) is not None,
                               "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
                 )

@@ -75,8 +75,8 @@ def cached_costs(model) -> dict | None:
 def measure_costs(target, methods) -> dict | None:
     """Measure (once; cached in the user cache) this machine's forward curve and each method's
     drafting cost with `specviz.tuning`, then return the cached costs."""
-    from .methods import tuned_tree  # torch-free at import, as above; the registry builds each drafter to measure it
+    from .methods import tune  # torch-free at import, as above; the registry builds each drafter to measure it
 
     for m in methods:
-        tuned_tree(m, target)
+        tune(m, target)
     return cached_costs(target.model)

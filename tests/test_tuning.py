@@ -194,7 +194,7 @@ def test_time_candidates_runs_each_tree_against_vanilla(target):
     assert 1.0 <= out[1]["measured_tau"] <= 2.0 and 1.0 <= out[0]["measured_tau"] <= 4.0
     assert out[0]["measured_tau"] > out[1]["measured_tau"]  # the deeper tree accepts more on these prompts
     hot, _ = tuning.time_candidates(target, drafter, profile, cands, EXAMPLE_PROMPTS[:2], 16, SamplingParams(temperature=1.0))
-    assert drafter.draw == "sample"  # timed as a tuned EAGLE-3 drafts at T > 0
+    assert drafter.shape.draw == "sample"  # timed as a tuned EAGLE-3 drafts at T > 0
     assert 1.0 <= hot[1]["measured_tau"] <= 2.0 and hot[0]["measured_tau"] < out[0]["measured_tau"]  # sampling accepts less
 
 
@@ -244,7 +244,7 @@ def test_floored_eagle3_is_lossless_and_sizes_its_tree_by_sureness(target):
     prompt = EXAMPLE_PROMPTS[0]
     ref = vanilla_generate(target, prompt, 48).tokens
     drafter = make_drafter("eagle3", target, depth=4, total_tokens=24, min_prob=0.3)
-    assert drafter.tuning is None and drafter.min_prob == 0.3
+    assert drafter.tuning is None and drafter.shape.min_prob == 0.3
     dec = SpeculativeDecoder(target, drafter, seed=0, detail=False)
     res = dec.generate(prompt, 48)
     assert res.tokens == ref
@@ -429,9 +429,9 @@ def test_explicit_sizes_skip_tuning(target, monkeypatch):
 
     monkeypatch.setattr(tuning, "tuned_tree", lambda *a, **k: pytest.fail("tuning ran"))
     d = make_drafter("eagle3", target, depth=3, total_tokens=10)
-    assert (d.depth, d.total_tokens, d.tuning) == (3, 10, None)
+    assert (d.shape.depth, d.shape.total_tokens, d.tuning) == (3, 10, None)
     d = make_drafter("eagle1", target, tree_size="paper")
-    assert d.static_tree == EAGLE1_TREE
+    assert [list(p) for p in d.shape.paths] == EAGLE1_TREE
     assert torch.is_tensor(next(d.head.parameters()))
 
 

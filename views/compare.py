@@ -55,7 +55,7 @@ def newest_greedy_bench() -> tuple[str, dict | None]:
     return best
 
 
-HEADS = ["eagle1", "eagle2", "eagle3", "medusa"]
+HEADS = sorted((m for m in registry.TUNABLE if registry.get(m).reads_features), key=lambda m: m == "medusa")  # EAGLEs first
 EQUAL_N, EQUAL_DEPTH, EQUAL_TOPK = 26, 5, 8  # EAGLE-1's paper tree: 25 draft nodes + root, depth 5
 st.title(tr("cmp.title"))
 st.markdown(tr("cmp.intro"))
@@ -156,7 +156,7 @@ with tab_speed:
                 if trees == "tuned" and registry.get(m).tunable and f"pick.{m}.sampled" not in tuned_here:
                     bar.progress(0.0, text=tr("cmpx.tuning_once", m=method_label(m)))
                     with heavy_work():
-                        make_drafter(m, target, s)
+                        registry.tune(m, target)
             timing = tr("cmpx.timing_turns", n=TIMED_REPEATS)
             runs = run_alternating(target, s, text, todo, progress=lambda n, total: bar.progress(min(1.0, n / total), text=timing))
             base = runs["vanilla"][0]
@@ -308,7 +308,7 @@ with tab_diff:
     bench_file, bench_run = newest_greedy_bench()
     bench = bench_run["by_dtype"]["fp32"]["methods"] if bench_run else {}
     rec = (recording or {}).get("methods", {})
-    for m in ["eagle1", "eagle2", "eagle3", "medusa"]:
+    for m in HEADS:
         b = bench.get(m) or {}
         ours.append({
             tr("cmp.col_method"): method_label(m),

@@ -35,19 +35,21 @@ def method_label(method: str) -> str:
 
 
 def tree_settings_for(method: str, s: dict) -> dict:
-    """The sidebar's draft settings as the registry's drafter options for `method`;
-    `s["tree_mode"] == "tuned"`: none for a tunable method, so the registry gives it the tree
-    tuned for this device (its costs are measured on first use)."""
-    if s.get("tree_mode") == "tuned" and registry.get(method).tunable:
+    """The sidebar's draft settings as the registry's drafter options for `method` (the registry
+    says which settings apply to it); `s["tree_mode"] == "tuned"`: none for a tunable method, so
+    the registry gives it the tree `make_drafter` below had tuned for this device."""
+    spec = registry.get(method)
+    if s.get("tree_mode") == "tuned" and spec.tunable:
         return {}
-    if method == "pld":
+    applies = spec.sidebar
+    if "pld_ngram" in applies:
         return {"max_ngram": int(s["pld_ngram"]), "min_ngram": 1, "num_tokens": int(s["pld_tokens"])}
-    if method in ("eagle2", "eagle3"):
+    if "tree_topk" in applies:
         return {"depth": int(s["depth"]), "top_k": int(s["tree_topk"]), "total_tokens": int(s["total_tokens"]),
                 "min_prob": float(s.get("min_prob", 0.0)), "draw": "sample" if s.get("draw_sample") else "top"}
-    if method == "sps":
+    if "depth" in applies:  # a chain of drafts (SpS): its length
         return {"gamma": int(s["depth"])}
-    if method in ("eagle1", "medusa"):
+    if spec.tunable:
         return {"tree_size": "paper"}  # the papers' static trees: what a lesson shows
     return {}
 
@@ -58,6 +60,9 @@ def make_drafter(method: str, target, settings: dict):
     if not ok:
         raise SpecVizError(tr("note.unavailable_method", method=method_label(method), note=status_note(note)))
     try:
-        return registry.make_drafter(method, target, **tree_settings_for(method, settings))
+        options = tree_settings_for(method, settings)
+        if registry.get(method).tunable and not options:
+            registry.tune(method, target)  # the explicit step: times trees here once (cached), then reads them
+        return registry.make_drafter(method, target, **options)
     except ValueError as e:  # a drafter refusing its settings (e.g. PLD's n-gram range)
         raise SpecVizError(str(e)) from e

@@ -100,7 +100,7 @@ def _apply_tuned() -> None:
         if target is None:
             return
         with st.spinner(tr("sb.tune_measuring")), heavy_work():
-            best = registry.tuned_tree(m, target)
+            best = registry.tune(m, target)
     except (SpecVizError, OSError, ValueError) as e:
         ss["tune_msg"] = (m, "warn", str(e))
         return
@@ -113,7 +113,7 @@ def _apply_tuned() -> None:
         ss[k] = ss["w_" + k] = int(v)
     floor = float(best.get("min_prob", 0.0))
     ss["min_prob"] = ss["w_min_prob"] = floor
-    drawn = sampled and m in registry.DRAWABLE
+    drawn = sampled and registry.get(m).drawable
     if drawn:  # timed with drafts drawn from q: run it that way, not with EAGLE's top-k drafts
         ss["draw_sample"] = ss["w_draw_sample"] = True
     said = dict(depth=best["depth"], tau=best["tau"], tps=best["tok_s"], van=best["vanilla_tok_s"],
@@ -158,16 +158,17 @@ def render_sidebar() -> None:
 
         with st.expander(tr("sb.tree"), expanded=False):
             m = ss["method"]
-            st.number_input(tr("sb.pld_ngram"), 1, 8, key="w_pld_ngram", on_change=_copy, args=("pld_ngram",), disabled=m != "pld")
-            st.number_input(tr("sb.pld_tokens"), 1, 32, key="w_pld_tokens", on_change=_copy, args=("pld_tokens",), disabled=m != "pld")
-            st.number_input(tr("sb.depth"), 1, 12, key="w_depth", on_change=_copy, args=("depth",), disabled=m not in ("eagle2", "eagle3", "sps"))
-            st.number_input(tr("sb.tree_topk"), 1, 16, key="w_tree_topk", on_change=_copy, args=("tree_topk",), disabled=m not in ("eagle2", "eagle3"))
-            st.number_input(tr("sb.total_tokens"), 2, 128, key="w_total_tokens", on_change=_copy, args=("total_tokens",), disabled=m not in ("eagle2", "eagle3"))
+            applies = registry.get(m).sidebar  # the settings this method takes (the registry says which)
+            st.number_input(tr("sb.pld_ngram"), 1, 8, key="w_pld_ngram", on_change=_copy, args=("pld_ngram",), disabled="pld_ngram" not in applies)
+            st.number_input(tr("sb.pld_tokens"), 1, 32, key="w_pld_tokens", on_change=_copy, args=("pld_tokens",), disabled="pld_tokens" not in applies)
+            st.number_input(tr("sb.depth"), 1, 12, key="w_depth", on_change=_copy, args=("depth",), disabled="depth" not in applies)
+            st.number_input(tr("sb.tree_topk"), 1, 16, key="w_tree_topk", on_change=_copy, args=("tree_topk",), disabled="tree_topk" not in applies)
+            st.number_input(tr("sb.total_tokens"), 2, 128, key="w_total_tokens", on_change=_copy, args=("total_tokens",), disabled="total_tokens" not in applies)
             st.number_input(tr("sb.min_prob"), 0.0, 0.95, step=0.05, format="%.2f", key="w_min_prob", on_change=_copy, args=("min_prob",),
-                            disabled=m not in ("eagle2", "eagle3"), help=tr("sb.min_prob_help"))
+                            disabled="min_prob" not in applies, help=tr("sb.min_prob_help"))
             st.toggle(tr("sb.draw"), key="w_draw_sample", on_change=_copy, args=("draw_sample",),
-                      disabled=m not in ("eagle2", "eagle3") or greedy, help=tr("sb.draw_help"))
-            if m in ("eagle2", "eagle3"):
+                      disabled="draw_sample" not in applies or greedy, help=tr("sb.draw_help"))
+            if "tune" in applies:
                 st.button(tr("sb.tune"), key="tree_tune", on_click=_apply_tuned, help=tr("sb.tune_help"))
                 note = ss.get("tune_msg")
                 if note and note[0] == m:

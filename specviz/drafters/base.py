@@ -3,15 +3,23 @@
 The engine owns the target and its KV cache; a drafter only sees committed tokens, the
 target's hidden-state taps it asked for (`taps`), the sampling settings and the round's
 random generator. Whatever state a drafter keeps (its own KV cache, say) it must keep
-consistent through `commit`, which reports exactly what the target accepted.
+consistent through `commit`, which reports exactly what the target accepted, and hand out and take
+back through `snapshot` / `restore` (the engine replays rounds with them).
+
+A drafter that drafts a tree of a tunable shape (EAGLE, Medusa) exposes it as `shape` (a
+`TreeShape`) and takes a new one through `reshape`: the tuner, the benchmark and the pages read
+and set the shape only this way. `sampled_shape` is the shape it drafts at T > 0 when the tuner
+timed one there (None: `shape` at every temperature).
 """
 
 from __future__ import annotations
 
 import torch
 
+from .. import SpecVizError
 from ..sampling import SamplingParams
 from ..tree import DraftTree
+from .shape import TreeShape
 
 
 class Drafter:
@@ -21,6 +29,7 @@ class Drafter:
     # q is the drafter's probability of each token (a head or a draft model), not a placeholder
     # 1.0 (prompt lookup): the engine then computes the target's rows on the likeliest path at once
     q_is_probability = False
+    tuning: dict | None = None  # the tuner's record of how the shape was chosen (specviz.tuning; None: fixed)
 
     def reset(self, context: list[int], taps: dict) -> None:
         """Start a sequence. `context` = tokens the target has processed (the prompt minus its
@@ -33,6 +42,35 @@ class Drafter:
     def commit(self, processed: list[int], taps: dict) -> None:
         """The target processed and kept `processed` (root + accepted drafts) this round;
         `taps[k]` holds their hidden states [len(processed), H]."""
+
+    def snapshot(self):
+        """The per-sequence state `restore` needs to return here (None: the drafter keeps none)."""
+        return None
+
+    def restore(self, snap) -> None:
+        """Return to the state of `snapshot()`."""
+
+    @property
+    def shape(self) -> TreeShape | None:
+        """The tree this drafter drafts (None: no tunable tree)."""
+        return None
+
+    @property
+    def sampled_shape(self) -> TreeShape | None:
+        return None
+
+    def reshape(self, shape: TreeShape, sampled: TreeShape | None = None) -> None:
+        """Draft `shape` from now on (and `sampled` at T > 0, when given)."""
+        raise SpecVizError(f"{self.name} drafts no tree whose shape can be changed.")
+
+    def shape_at(self, params: SamplingParams) -> TreeShape | None:
+        """The shape drafted at these sampling settings."""
+        return (None if params.greedy else self.sampled_shape) or self.shape
+
+    def describe(self, params: SamplingParams = SamplingParams()) -> dict:
+        """What the drafter is, as plain values: its name and, when it has one, its tree at `params`."""
+        shape = self.shape_at(params)
+        return {"name": self.name, **(shape.describe() if shape else {})}
 
 
 class NoDraft(Drafter):

@@ -27,6 +27,7 @@ from ..heads.layers import HeadCache
 from ..sampling import SamplingParams, warp_logits
 from ..tree import EAGLE1_TREE, DraftTree, VocabRows, build_dynamic_tree, build_sampled_tree, build_static_tree
 from .base import Drafter
+from .shape import TreeShape, sampled_shape_of
 
 
 class EagleDrafter(Drafter):
@@ -38,19 +39,18 @@ class EagleDrafter(Drafter):
         self.head = head
         self.model = model
         self.name = name
-        self.tree_kind = tree
-        self.depth, self.top_k, self.total_tokens = int(depth), int(top_k), int(total_tokens)
-        self.min_prob = float(min_prob)  # dynamic trees: keep only paths at least this likely (tree.build_dynamic_tree)
-        if not 0.0 <= self.min_prob < 1.0:
-            raise ValueError(f"min_prob must be in [0, 1), got {min_prob}")
-        self.static_tree = static_tree or EAGLE1_TREE
-        # at T > 0: "top" keeps EAGLE's top-k drafts (kept with probability p(x)); "sample" draws them
-        # from q (kept with probability min(1, p/q): more often; tree.build_sampled_tree)
+        # static: the paths (EAGLE-1); dynamic: min_prob keeps only paths at least this likely
+        # (tree.build_dynamic_tree); at T > 0 draw "top" keeps EAGLE's top-k drafts (kept with
+        # probability p(x)), "sample" draws them from q (kept with probability min(1, p/q): more often)
         if draw not in ("top", "sample"):
             raise ValueError(f"draw must be 'top' or 'sample', got {draw!r}")
-        if draw == "sample" and tree != "dynamic":
-            raise ValueError("draw='sample' needs a dynamic tree (EAGLE-2/3)")
-        self.draw = draw
+        if tree == "static":
+            if draw == "sample":
+                raise ValueError("draw='sample' needs a dynamic tree (EAGLE-2/3)")
+            self._shape = TreeShape.static(static_tree or EAGLE1_TREE)
+        else:
+            self._shape = TreeShape.dynamic(depth, top_k, total_tokens, min_prob, draw)
+        self._sampled = None  # the shape drafted at T > 0, when the tuner timed one there
         self.is3 = isinstance(head, Eagle3Head)
         if hasattr(head, "fuse_for_drafting"):
             head.fuse_for_drafting()  # q/k/v and gate/up as one block matmul each (same bits)
@@ -70,13 +70,19 @@ class EagleDrafter(Drafter):
             raise ValueError(f"window must be a whole number >= 1 or None, got {window!r}")
         self.window = window
         self.base = 0  # the first context token the head's cache holds
-        self.tuning = None  # the device-tuned choice (specviz.tuning), when one was made
 
     @property
-    def sampled_shape(self) -> dict | None:
-        """The tree used at T > 0 when the tuner timed one there (specviz.tuning times trees per
-        temperature): depth / total_tokens / min_prob, or a static tree's paths."""
-        return (self.tuning or {}).get("sampled")
+    def shape(self) -> TreeShape:
+        return self._shape
+
+    @property
+    def sampled_shape(self) -> TreeShape | None:
+        return self._sampled
+
+    def reshape(self, shape: TreeShape, sampled: TreeShape | None = None) -> None:
+        if shape.kind != self._shape.kind or (sampled is not None and sampled.kind != shape.kind):
+            raise ValueError(f"{self.name} drafts a {self._shape.kind} tree, not a {shape.kind} one.")
+        self._shape, self._sampled = shape, sampled
 
     # ------------------------------------------------------------------ state
     def _features(self, taps: dict) -> torch.Tensor:
@@ -197,14 +203,15 @@ class EagleDrafter(Drafter):
                     order.append(i)
             return self._dist(torch.stack([outs[i] for i in nodes]), params)
 
-        alt = None if params.greedy else self.sampled_shape
-        if self.tree_kind == "static":
-            return build_static_tree(int(root), alt["paths"] if alt else self.static_tree, expand)
-        depth, total, floor = ((alt["depth"], alt["total_tokens"], float(alt.get("min_prob", 0.0))) if alt
-                               else (self.depth, self.total_tokens, self.min_prob))
-        if self.draw == "sample" and not params.greedy:
-            return build_sampled_tree(int(root), expand, depth, self.top_k, total, generator, min_prob=floor)
-        return build_dynamic_tree(int(root), expand, depth, self.top_k, total, min_prob=floor)
+        s = self.shape_at(params)
+        if s.kind == "static":
+            return build_static_tree(int(root), [list(p) for p in s.paths], expand)
+        # the top-k children per node and the way drafts are picked stay the drafter's (a tuned T > 0
+        # shape was timed with them)
+        top_k, draw = self._shape.top_k, self._shape.draw
+        if draw == "sample" and not params.greedy:
+            return build_sampled_tree(int(root), expand, s.depth, top_k, s.total_tokens, generator, min_prob=s.min_prob)
+        return build_dynamic_tree(int(root), expand, s.depth, top_k, s.total_tokens, min_prob=s.min_prob)
 
 
 _HEADS: OrderedDict = OrderedDict()  # (model id, folder, files' stamps) -> (model, head)
@@ -251,14 +258,23 @@ def draft_window(head, window: int | None = None) -> int | None:
     return int(w) if w else None
 
 
-def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = None, window=None, **kw):
+def _tuned(d: EagleDrafter, tuned: dict | None) -> EagleDrafter:
+    """A drafter given the tuner's pick: its greedy shape was built in; the shape timed at T = 1
+    (`tuned["sampled"]`) serves every T > 0, and the pick is kept for `describe`."""
+    if tuned:
+        sampled = tuned.get("sampled")
+        d.reshape(d.shape, sampled_shape_of(d.shape, sampled) if sampled else None)
+        d.tuning = tuned
+    return d
+
+
+def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = None, window=None):
     """EAGLE-1's static tree: `static_tree` paths, the device-tuned `tuned["paths"]` (the registry
     asks `specviz.tuning`), or the paper's tree."""
     head, model, folder = _load(target, "eagle1", head_dir)
     d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=tuned["paths"] if tuned else static_tree,
                      window=draft_window(head, window))
-    d.tuning = tuned
-    return d
+    return _tuned(d, tuned)
 
 
 def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_tokens, tuned, paper_depth, min_prob,
@@ -270,12 +286,11 @@ def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_token
     d = EagleDrafter(head, model, name=name, tree="dynamic", depth=depth or paper_depth, top_k=top_k,
                      total_tokens=total_tokens or 24, min_prob=min_prob or 0.0, window=draft_window(head, window),
                      draw=draw or "top")
-    d.tuning = tuned
-    return d
+    return _tuned(d, tuned)
 
 
 def make_eagle2(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None,
-                min_prob=None, window=None, draw="top", **kw):
+                min_prob=None, window=None, draw="top"):
     """EAGLE-2: the EAGLE-1 head with a dynamic tree (`tuned` from the registry, else the papers'
     CPU-scaled default of depth 5, 24 nodes; `min_prob`: see tree.build_dynamic_tree; `draw`: at T > 0,
     "sample" draws the drafts from q, tree.build_sampled_tree)."""
@@ -284,7 +299,7 @@ def make_eagle2(target, head_dir=None, depth=None, top_k=8, total_tokens=None, t
 
 
 def make_eagle3(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None,
-                min_prob=None, window=None, draw="top", **kw):
+                min_prob=None, window=None, draw="top"):
     """EAGLE-3: its own head with a dynamic tree (as for EAGLE-2; paper default depth 6)."""
     return _make_dynamic(target, "eagle3", "eagle3", head_dir, depth, top_k, total_tokens, tuned, 6, min_prob, window,
                          draw)

@@ -17,6 +17,7 @@ from ..heads.io import load_head, shipped_head_dir
 from ..sampling import warp_logits
 from ..tree import EAGLE1_TREE, DraftTree, build_static_tree
 from .base import Drafter
+from .shape import TreeShape
 
 
 def default_medusa_tree(n_heads: int) -> list[list[int]]:
@@ -31,14 +32,22 @@ class MedusaDrafter(Drafter):
 
     def __init__(self, heads, model, tree=None):
         self.heads, self.model = heads, model
-        self.tree = tree or default_medusa_tree(heads.n_heads)
+        self._shape = TreeShape.static(tree or default_medusa_tree(heads.n_heads))
+        self._sampled = None  # the tree drafted at T > 0, when the tuner timed one there
         self.last = None
-        self.tuning = None
 
     @property
-    def sampled_shape(self) -> dict | None:
-        """The tuned tree for T > 0 when the tuner timed one there ({"paths": ...}, specviz.tuning)."""
-        return (self.tuning or {}).get("sampled")
+    def shape(self) -> TreeShape:
+        return self._shape
+
+    @property
+    def sampled_shape(self) -> TreeShape | None:
+        return self._sampled
+
+    def reshape(self, shape: TreeShape, sampled: TreeShape | None = None) -> None:
+        if shape.kind != "static" or (sampled is not None and sampled.kind != "static"):
+            raise ValueError("Medusa drafts a static tree.")
+        self._shape, self._sampled = shape, sampled
 
     def reset(self, context, taps):
         self.last = taps["final"][-1] if context else None
@@ -66,11 +75,10 @@ class MedusaDrafter(Drafter):
             d = tree.depths
             return torch.stack([dists[d[i]] for i in nodes])
 
-        alt = None if params.greedy else self.sampled_shape
-        return build_static_tree(int(root), alt["paths"] if alt else self.tree, expand)
+        return build_static_tree(int(root), [list(p) for p in self.shape_at(params).paths], expand)
 
 
-def make_drafter(target, head_dir=None, tree=None, tuned: dict | None = None, **kw):
+def make_drafter(target, head_dir=None, tree=None, tuned: dict | None = None):
     """Medusa's static tree: `tree` paths, the device-tuned `tuned["paths"]` (the registry asks
     `specviz.tuning`), or the default sparse tree."""
     model = target.model if hasattr(target, "model") else target
@@ -80,5 +88,7 @@ def make_drafter(target, head_dir=None, tree=None, tuned: dict | None = None, **
                            "`python -m specviz.train medusa`.")
     heads = load_head(folder, target=model, dtype=model.dtype)
     d = MedusaDrafter(heads, model, tree=tuned["paths"] if tuned else tree)
-    d.tuning = tuned
+    if tuned:
+        d.reshape(d.shape, TreeShape.static(tuned["sampled"]["paths"]) if tuned.get("sampled") else None)
+        d.tuning = tuned
     return d

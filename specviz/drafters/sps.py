@@ -92,7 +92,7 @@ def load_sps_model(folder, device="cpu", dtype=torch.float32):
     return TargetModel(cfg, state, dtype=dtype, device=device, name=folder.name)
 
 
-def make_drafter(target, head_dir=None, gamma: int = 4, **kw):
+def make_drafter(target, head_dir=None, gamma: int = 4):
     model = target.model if hasattr(target, "model") else target
     folder = Path(head_dir) if head_dir else shipped_head_dir(model.name, "sps")
     if not (folder / "config.json").is_file():

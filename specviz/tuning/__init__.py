@@ -35,7 +35,8 @@ from pathlib import Path
 import torch
 
 from .. import SpecVizError
-from ..drafters.base import NoDraft
+from ..drafters.base import Drafter, NoDraft
+from ..drafters.shape import TreeShape
 from ..engine import PREFETCH_ROWS, SpeculativeDecoder
 from ..examples import EXAMPLE_PROMPTS
 from ..heads.io import shipped_head_dir
@@ -55,16 +56,18 @@ STALE_FACTOR = 2.0  # cached one-token pass more than this many times slower tha
 
 
 # ----------------------------------------------------------------------------- profiles
-class _Recorder:
+class _Recorder(Drafter):
     """Wraps a drafter: keeps each proposed tree but hands the engine the root alone.
 
     The engine then decodes one token per round (vanilla speed and output), and every position
     of the output becomes a calibration sample for every tree size at once.
     """
 
-    def __init__(self, inner):
+    sampled = False
+
+    def __init__(self, inner: Drafter):
         self.inner, self.trees = inner, []
-        self.name, self.taps, self.sampled = inner.name, inner.taps, False
+        self.name, self.taps = inner.name, inner.taps
 
     def reset(self, context, taps):
         self.inner.reset(context, taps)
@@ -173,11 +176,11 @@ def collect_profile(target, inner, prompts: list, max_new_tokens: int = 96, n_ma
     draft (an accepted run skips the easy ones), so the average over positions was 1-2% too high
     for small trees and ~5% for the floored ones, and the tuner favoured them."""
     method = inner.name
-    dynamic = getattr(inner, "tree_kind", None) == "dynamic"
+    dynamic = inner.shape.kind == "dynamic"
     if dynamic:
-        inner.depth, inner.total_tokens = MAX_DEPTH, n_max
+        inner.reshape(inner.shape.replace(depth=MAX_DEPTH, total_tokens=n_max))
     else:
-        paths = inner.static_tree if hasattr(inner, "static_tree") else inner.tree
+        paths = inner.shape.paths
         # node k of a static tree is the k-th path in (length, path) order (tree.static_tree_shape)
         paths = sorted((list(p) for p in paths), key=lambda p: (len(p), p))
         count = [0] * (len(paths) + 1)
@@ -202,7 +205,7 @@ def collect_profile(target, inner, prompts: list, max_new_tokens: int = 96, n_ma
                 continue
             samples += 1
             if dynamic:
-                floors = {p: floor_rounds(tree.candidates, cont, MAX_DEPTH, n_max, p, inner.top_k) for p in MIN_PROBS}
+                floors = {p: floor_rounds(tree.candidates, cont, MAX_DEPTH, n_max, p, inner.shape.top_k) for p in MIN_PROBS}
                 here.append((dynamic_accepts(tree.candidates, cont, MAX_DEPTH, n_max), floors))
             else:
                 children = {(tree.parents[i], tree.tokens[i]): i for i in range(len(tree) - 1, 0, -1)}
@@ -245,7 +248,7 @@ def collect_profile(target, inner, prompts: list, max_new_tokens: int = 96, n_ma
                     tally[key] = tally.get(key, 0) + 1
                 floors.append(dict(min_prob=p, depth=d + 1, tau=round(tokens / max(1, rounds), 4),
                                    rounds=[[*k, c] for k, c in sorted(tally.items())]))
-        return dict(base, kind="dynamic", top_k=inner.top_k, max_depth=MAX_DEPTH, n_max=n_max, tau=tau, floors=floors)
+        return dict(base, kind="dynamic", top_k=inner.shape.top_k, max_depth=MAX_DEPTH, n_max=n_max, tau=tau, floors=floors)
     order = sorted(range(1, len(paths) + 1), key=lambda i: (-count[i], i))
     rank = {node: r for r, node in enumerate(order)}  # ancestors first: a node is on the path only with them
 
@@ -390,9 +393,11 @@ def _stale(model, data: dict, path: Path, log=None) -> bool:
     return True
 
 
-def device_costs(target, method: str, profile: dict, remeasure: bool = False, log=None, build=None) -> dict:
+def device_costs(target, method: str, profile: dict, remeasure: bool = False, log=None, build=None,
+                 measure: bool = True) -> dict | None:
     """Measured costs (seconds) for `method` on this device; cached after the first call.
-    `build()` makes the method's drafter with the papers' tree (specviz.methods passes it)."""
+    `build()` makes the method's drafter with the papers' tree (specviz.methods passes it).
+    `measure=False`: the cached costs, or None when any is missing."""
     model = target.model
     f = cost_file(model)
     data = {}
@@ -401,6 +406,10 @@ def device_costs(target, method: str, profile: dict, remeasure: bool = False, lo
             data = json.loads(f.read_text())
         except ValueError:
             data = {}
+    if not measure:  # what was measured for this runtime, checked without timing anything
+        complete = "forward" in data and f"draft.{method}" in data
+        same = data.get("version", 1) == COSTS_VERSION and data.get("runtime") == runtime_id(model)
+        return data if complete and same else None
     if "forward" in data and _stale(model, data, f, log):
         data = {}
     changed = False
@@ -427,18 +436,16 @@ def device_costs(target, method: str, profile: dict, remeasure: bool = False, lo
             # n - 1 nodes per level (tree.build_dynamic_tree) and so draft for less ("d:n")
             def configure(c):
                 d, n = (int(c), profile["n_max"]) if ":" not in str(c) else map(int, str(c).split(":"))
-                drafter.depth, drafter.total_tokens = d, n
+                drafter.reshape(drafter.shape.replace(depth=d, total_tokens=n))
 
-            small = range(2, min(profile.get("top_k", drafter.top_k), profile["n_max"]) + 1)
+            top = profile.get("top_k", drafter.shape.top_k)
+            small = range(2, min(top, profile["n_max"]) + 1)
             configs = [str(d) for d in range(1, profile["max_depth"] + 1)]
             configs += [f"{d}:{n}" for d in range(1, profile["max_depth"] + 1) for n in small]
-            top = profile.get("top_k", drafter.top_k)
             sizes = {n: f"1:{n}" if n <= top + 1 else f"3:{n}" for n in OVERHEAD_SIZES if n <= profile["n_max"]}
         else:
-            attr = "static_tree" if hasattr(drafter, "static_tree") else "tree"
-
             def configure(n):
-                setattr(drafter, attr, profile["paths"][: n - 1])
+                drafter.reshape(TreeShape.static(profile["paths"][: n - 1]))
 
             configs = list(range(2, len(profile["paths"]) + 2))
             sizes = {n: n for n in OVERHEAD_SIZES if n <= len(profile["paths"]) + 1}
@@ -526,16 +533,13 @@ def shortlist(ranked: list[dict]) -> list[dict]:
     return picks
 
 
-def _shape(drafter, profile: dict, cand: dict) -> None:
-    """Give `drafter` the tree of a ranked candidate; a dynamic tree draws its drafts from q at T > 0,
-    as every tuned EAGLE-2/3 drafter does (specviz.methods)."""
+def candidate_shape(profile: dict, cand: dict) -> TreeShape:
+    """The tree of a ranked candidate; a dynamic tree draws its drafts from q at T > 0, as every tuned
+    EAGLE-2/3 drafter does (specviz.methods)."""
     if profile["kind"] == "dynamic":
-        drafter.depth, drafter.total_tokens, drafter.top_k = cand["depth"], cand["total_tokens"], profile["top_k"]
-        drafter.min_prob = float(cand.get("min_prob", 0.0))
-        drafter.draw = "sample"
-    else:
-        setattr(drafter, "static_tree" if hasattr(drafter, "static_tree") else "tree",
-                profile["paths"][: cand["total_tokens"] - 1])
+        return TreeShape.dynamic(cand["depth"], profile["top_k"], cand["total_tokens"], float(cand.get("min_prob", 0.0)),
+                                 draw="sample")
+    return TreeShape.static(profile["paths"][: cand["total_tokens"] - 1])
 
 
 @torch.no_grad()
@@ -553,7 +557,7 @@ def time_candidates(target, drafter, profile: dict, cands: list[dict], prompts, 
         rate = [0.0] * len(runs)
         for i in [*range(k, len(runs)), *range(k)]:
             if runs[i] is not None:
-                _shape(drafter, profile, runs[i])
+                drafter.reshape(candidate_shape(profile, runs[i]))
             dec = SpeculativeDecoder(target, drafter if runs[i] is not None else NoDraft(), params, seed=0, detail=False)
             dec.start(prompt, max_new_tokens)
             s = n = 0
@@ -571,7 +575,7 @@ def time_candidates(target, drafter, profile: dict, cands: list[dict], prompts, 
 SAMPLED_AT = SamplingParams(temperature=1.0)  # the temperature the trees for T > 0 are timed at
 
 
-def tuned_tree(target, method: str, head_dir=None, log=None, build=None) -> dict | None:
+def tuned_tree(target, method: str, head_dir=None, log=None, build=None, measure: bool = True) -> dict | None:
     """The best tree for `method` here, or None when the head ships no profile. The head's shipped
     profile x this device's costs rank every tree; the shortlist (`shortlist`) and vanilla are then
     timed on real rounds of a few built-in prompts (once per device and profile, cached with the
@@ -583,25 +587,33 @@ def tuned_tree(target, method: str, head_dir=None, log=None, build=None) -> dict
     less, and the greedy pick (depth 2 with a path floor, session 21) ran 0.92x vanilla at T = 1
     where a 2-node tree ran 1.00x.
     `head_dir`: default, the shipped folder holding the method's profile; `build`: see
-    `device_costs` (specviz.methods.tuned_tree passes both)."""
+    `device_costs` (specviz.methods.tune passes both). `measure=False`: only what was measured
+    before (None when anything is missing): building a drafter never starts a timing run."""
     head_dir = head_dir or _profile_dir(target.model.name, method)
     profile = load_profile(head_dir, method) if head_dir else None
     if profile is None:
         return None
-    costs = device_costs(target, method, profile, log=log, build=build)
+    costs = device_costs(target, method, profile, log=log, build=build, measure=measure)
+    if costs is None:
+        return None
     ranked = rank_trees(profile, costs, method)
-    best = _measured_best(profile, _timed_pick(target, method, profile, costs, ranked, build, SamplingParams(), log))
-    best["sampled"] = _measured_best(profile, _timed_pick(target, method, profile, costs, ranked, build, SAMPLED_AT, log))
+    picks = [_timed_pick(target, method, profile, costs, ranked, build, p, log, measure) for p in (SamplingParams(), SAMPLED_AT)]
+    if None in picks:
+        return None
+    best = _measured_best(profile, picks[0])
+    best["sampled"] = _measured_best(profile, picks[1])
     return best
 
 
-def _timed_pick(target, method, profile, costs, ranked, build, params: SamplingParams, log) -> dict:
+def _timed_pick(target, method, profile, costs, ranked, build, params: SamplingParams, log, measure=True) -> dict | None:
     """The shortlist and vanilla timed at `params` (greedy: key `pick.<method>`, else
     `pick.<method>.sampled`), once per device and profile, cached with the costs."""
     key = f"pick.{method}" + ("" if params.greedy else ".sampled")
     pick = costs.get(key)
     if isinstance(pick, dict) and pick.get("profile") == profile_id(profile):
         return pick
+    if not measure:
+        return None
     if build is None:
         raise SpecVizError(f"Timing {method}'s best trees needs its drafter: use specviz.methods.tuned_tree.")
     if log:
@@ -630,9 +642,10 @@ def _measured_best(profile: dict, pick: dict) -> dict:
     return best
 
 
-def tree_for(target, method: str, head_dir, tree_size, build=None) -> dict | None:
+def tree_for(target, method: str, head_dir, tree_size, build=None, measure: bool = False, log=None) -> dict | None:
     """What the registry hands a drafter factory: the tuned tree for `tree_size="auto"`, None for
-    the papers' fixed trees (or when `target` is a bare model without the engine's tokenizer)."""
+    the papers' fixed trees (or when `target` is a bare model without the engine's tokenizer).
+    `measure=False` (building a drafter): only a tree tuned before; `specviz.methods.tune` measures."""
     if tree_size != "auto" or not hasattr(target, "tokenizer"):
         return None
-    return tuned_tree(target, method, head_dir, build=build)
+    return tuned_tree(target, method, head_dir, build=build, measure=measure, log=log)

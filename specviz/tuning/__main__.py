@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 from .. import SpecVizError
 from ..examples import EXAMPLE_PROMPTS
-from ..methods import head_dir, make_drafter, tuned_tree
+from ..methods import head_dir, make_drafter, tune
 from ..target import load_target
 from . import PROFILE_FILE, cost_file, collect_profile, save_profile
 
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
             if args.remeasure:
                 cost_file(target.model).unlink(missing_ok=True)
             for m in args.methods.split(","):
-                best = tuned_tree(m, target, log=lambda s: print(s, file=sys.stderr))
+                best = tune(m, target, log=lambda s: print(s, file=sys.stderr))
                 if best is None:
                     print(f"{m}: no {PROFILE_FILE} for the shipped head; run `python -m specviz.tuning profile` first")
                     continue
