@@ -149,14 +149,20 @@ def forward_curve(model, sizes=(1, 4, 16, 64), context: int = 300, repeats: int 
 
 
 def interpolate(curve: dict, n: float) -> float:
-    """Piecewise-linear read of a measured {size: seconds} curve (clamped at its ends)."""
-    xs = sorted(int(k) for k in curve)
-    ys = [float(curve[k] if k in curve else curve[str(k)]) for k in xs]
+    """Piecewise-linear read of a measured {size: seconds} curve (keys ints or strings): the first
+    value below its first size, the last slope carried on past its last size (a pass grows with its
+    tokens), a one-point curve's value everywhere."""
+    pts = sorted((int(k), float(v)) for k, v in curve.items())
+    if not pts:
+        raise ValueError("an empty curve has no value to read")
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     if n <= xs[0]:
         return ys[0]
-    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
         if n <= x1:
             return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
+    if len(xs) == 1:
+        return ys[-1]
     return ys[-1] + (ys[-1] - ys[-2]) * (n - xs[-1]) / (xs[-1] - xs[-2])
 
 

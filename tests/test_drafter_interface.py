@@ -79,7 +79,7 @@ def test_building_a_drafter_never_tunes_and_tune_is_the_explicit_step(target, mo
         measured.append(measure)
         return PICK if measure or cached else None
 
-    monkeypatch.setattr(tuning, "tuned_tree", fake)
+    monkeypatch.setattr(tuning.pick, "tuned_tree", fake)
     cached = False
     d = methods.make_drafter("eagle3", target)  # nothing tuned yet: the papers' tree, no timing run
     assert measured == [False] and d.tuning is None and (d.shape.depth, d.shape.total_tokens) == (6, 24)

@@ -103,6 +103,11 @@ def test_interpolate_reads_the_measured_curve():
     assert tuning.interpolate(curve, 2) == pytest.approx(2.0)
     assert tuning.interpolate(curve, 6) == pytest.approx(5.0)
     assert tuning.interpolate(curve, 10) == pytest.approx(7.0)  # extrapolates the last slope
+    assert tuning.interpolate(curve, 0) == 1.0  # clamps below the first size
+    assert tuning.interpolate({1: 2.0, 4: 8.0}, 2) == pytest.approx(4.0)  # int keys read as string keys do
+    assert tuning.interpolate({"3": 0.5}, 1) == tuning.interpolate({"3": 0.5}, 9) == 0.5  # one point: its value
+    with pytest.raises(ValueError):
+        tuning.interpolate({}, 1)
 
 
 def test_rank_trees_picks_the_best_rate():
@@ -152,8 +157,8 @@ def test_tuned_tree_picks_the_fastest_measured_tree_and_caches_the_pick(target, 
     profile = {"kind": "dynamic", "max_depth": 2, "n_max": 4, "top_k": 8, "samples": 100, "date": "2026-01-01",
                "prompts": 12, "tau": [[1.0, 1.4, 1.5, 1.6], [1.0, 1.5, 1.9, 2.3]]}
     costs = {"forward": {"1": 0.010, "4": 0.012}, "draft.eagle3": {"1": 0.001, "2": 0.002}, "overhead": 0.001}
-    monkeypatch.setattr(tuning, "load_profile", lambda folder, method: dict(profile))
-    monkeypatch.setattr(tuning, "device_costs", lambda *a, **k: costs)
+    monkeypatch.setattr(tuning.pick, "load_profile", lambda folder, method: dict(profile))
+    monkeypatch.setattr(tuning.pick, "device_costs", lambda *a, **k: costs)
     timed = []
 
     def fake_time(target_, drafter, prof, cands, prompts, max_new_tokens, params):
@@ -165,7 +170,7 @@ def test_tuned_tree_picks_the_fastest_measured_tree_and_caches_the_pick(target, 
                     speedup=0.9 if (c["total_tokens"] == 4) != deep_wins else 1.1) for c in cands]
         return out, dict(tok_s=110.0)
 
-    monkeypatch.setattr(tuning, "time_candidates", fake_time)
+    monkeypatch.setattr(tuning.pick, "time_candidates", fake_time)
     folder = shipped_head_dir(target.model.name, "eagle3")
     best = tuning.tuned_tree(target, "eagle3", folder, build=lambda: object())
     # the model's best (fixed size already) and its best 2-node tree, timed greedy and at T = 1
@@ -378,8 +383,8 @@ def test_costs_are_measured_once_and_cached(target, tmp_path, monkeypatch):
             assert head_rows == PREFETCH_ROWS
         return real(model, sizes, context=min(context, 64), repeats=3, head_rows=head_rows)  # a median: one sample can stall under load
 
-    monkeypatch.setattr(tuning, "forward_curve", counting)
-    monkeypatch.setattr(tuning, "GRID", (1, 2, 4, 8))
+    monkeypatch.setattr(tuning.costs, "forward_curve", counting)
+    monkeypatch.setattr(tuning.costs, "GRID", (1, 2, 4, 8))
     profile = {"kind": "dynamic", "max_depth": 2, "n_max": 8, "tau": [[1.0] + [1.5] * 7, [1.0] + [1.8] * 7]}
     from specviz.methods import make_drafter
 
@@ -427,7 +432,7 @@ def test_shipped_heads_carry_profiles(target):
 def test_explicit_sizes_skip_tuning(target, monkeypatch):
     from specviz.methods import make_drafter
 
-    monkeypatch.setattr(tuning, "tuned_tree", lambda *a, **k: pytest.fail("tuning ran"))
+    monkeypatch.setattr(tuning.pick, "tuned_tree", lambda *a, **k: pytest.fail("tuning ran"))
     d = make_drafter("eagle3", target, depth=3, total_tokens=10)
     assert (d.shape.depth, d.shape.total_tokens, d.tuning) == (3, 10, None)
     d = make_drafter("eagle1", target, tree_size="paper")

@@ -150,7 +150,9 @@ def test_stats_figures():
     f = _is_fig(F.latency_curve_figure([1, 2, 4], [10.0, 11.0, 13.0]))
     assert list(f.data[1].y) == [10.0, 20.0, 40.0]
     _is_fig(F.latency_grid_figure([1, 4], [1, 8], [[10, 12], [20, 30]]))
-    assert F.predicted_speedup(3.0, 10.0, 15.0) == pytest.approx(2.0)
+    from specviz.viz.compare import whatif_speedup
+
+    assert whatif_speedup(3.0, 10.0, 15.0) == pytest.approx(2.0)  # any unit: a ratio of times
     _is_fig(F.speedup_by_batch_figure([1, 8], [2.0, 1.2]))
     assert "<html" in F.figure_html(F.tree_figure(a)).lower()
 

@@ -9,6 +9,7 @@ import pytest
 
 from specviz import measured
 from specviz.viz import toy
+from specviz.machine import interpolate
 from specviz.viz import compare as vc
 
 
@@ -43,15 +44,15 @@ def test_whatif_speedup_formula():
     assert vc.whatif_speedup(3.0, 0.010, 0.010, 0.0) == pytest.approx(3.0)  # free tokens: speedup = tau
     assert vc.whatif_speedup(2.0, 0.008, 0.010, 0.004, overhead=0.002) == pytest.approx(2 * 0.010 / 0.016)
     fwd = {"1": 0.004, "4": 0.008, "16": 0.024, "64": 0.075}
-    assert vc.interp_curve(fwd, 10) == pytest.approx(0.016)
+    assert interpolate(fwd, 10) == pytest.approx(0.016)
     ns, sp = vc.whatif_series(([1, 2, 3], [1.0, 1.5, 1.8]), fwd, lambda n: 0.001)
-    assert ns == [2, 3] and sp[0] == pytest.approx(1.5 * 0.004 / (vc.interp_curve(fwd, 2) + 0.001))
+    assert ns == [2, 3] and sp[0] == pytest.approx(1.5 * 0.004 / (interpolate(fwd, 2) + 0.001))
     fig = vc.whatif_figure({"EAGLE-3 · this machine": (ns, sp)}, "en")
     assert list(fig.data[0].y) == sp
     # the engine's other cost measured by tree size: vanilla pays size 1's, a tree its own size's
     ns, sp = vc.whatif_series(([1, 2, 3], [1.0, 1.5, 1.8]), fwd, lambda n: 0.001, {"1": 0.0005, "3": 0.0025})
-    assert sp[0] == pytest.approx(1.5 * (0.004 + 0.0005) / (vc.interp_curve(fwd, 2) + 0.001 + 0.0015))
-    assert sp[1] == pytest.approx(1.8 * (0.004 + 0.0005) / (vc.interp_curve(fwd, 3) + 0.001 + 0.0025))
+    assert sp[0] == pytest.approx(1.5 * (0.004 + 0.0005) / (interpolate(fwd, 2) + 0.001 + 0.0015))
+    assert sp[1] == pytest.approx(1.8 * (0.004 + 0.0005) / (interpolate(fwd, 3) + 0.001 + 0.0025))
 
 
 def test_outcome_probability_is_the_product_along_the_path():
@@ -84,7 +85,7 @@ def test_relative_cost_figure_and_no_invented_gpu_curve():
     assert list(fig.data[0].y) == [1.0, 2.0, 6.0]
     for c in measured.shipped_curves():  # whatever ships must be a measurement with its machine
         assert c["forward"] and c.get("machine") and all(v > 0 for v in c["forward"].values())
-    assert not math.isnan(vc.interp_curve({"1": 1.0}, 5))
+    assert not math.isnan(interpolate({"1": 1.0}, 5))
 
 
 def test_shipped_equal_tree_recording():

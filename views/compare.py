@@ -20,12 +20,12 @@ from specviz.app.prompts import current_prompt, prompt_box, prompt_ids
 from specviz.app.session import TIMED_REPEATS, run_alternating
 from specviz.app.sidebar import page_setup
 from specviz.app.state import lang, sampling_params, settings, tr
+from specviz.machine import interpolate
 from specviz.viz import accept_length_hist, acceptance_by_depth, depth_acceptance_figure, round_time_figure, tree_figure
 from specviz.viz.compare import (
     METHOD_COLORS,
     bar_with_values,
     benchmark_tree_size,
-    interp_curve,
     profile_tau_curve,
     recorded_depth_rates,
     recorded_lengths,
@@ -293,8 +293,8 @@ with tab_whatif:
         if series:
             st.plotly_chart(whatif_figure(series, L, dash=dash, colors=colors), key="cmp_whatif", config={"displaylogo": False})
             st.dataframe(pd.DataFrame(best_rows), hide_index=True)
-            t1 = 1000 * interp_curve(forward, 1)
-            t16 = 1000 * interp_curve(forward, 16)
+            t1 = 1000 * interpolate(forward, 1)
+            t16 = 1000 * interpolate(forward, 16)
             st.caption(tr("cmpx.whatif_note", t1=t1, t16=t16, r=t16 / t1 if t1 else float("nan"), d=EQUAL_DEPTH,
                           device=(costs.get("machine") or {}).get("cpu") or device_name(), date=costs.get("date", "?")))
 

@@ -13,8 +13,9 @@ from specviz.app.methods import method_label
 from specviz.app.model import device_name, get_target
 from specviz.app.sidebar import page_setup
 from specviz.app.state import lang, tr
-from specviz.viz import figure_html, latency_curve_figure, latency_grid_figure, predicted_speedup, speedup_by_batch_figure
-from specviz.viz.compare import interp_curve, profile_tau_curve, relative_cost_figure, tau_at
+from specviz.viz import figure_html, latency_curve_figure, latency_grid_figure, speedup_by_batch_figure
+from specviz.machine import interpolate
+from specviz.viz.compare import profile_tau_curve, relative_cost_figure, tau_at, whatif_speedup
 
 page_setup()
 L = lang()
@@ -38,7 +39,7 @@ for g in gpu:
 live = st.session_state.get("free_curve")
 if live or costs:  # the measurement just made wins over the tree tuner's cached one
     curve = {str(r["n"]): r["ms"] / 1000 for r in live["rows"]} if live else costs["forward"]
-    t1, t16 = interp_curve(curve, 1), interp_curve(curve, 16)
+    t1, t16 = interpolate(curve, 1), interpolate(curve, 16)
     st.warning(tr("freex.not_free_here", r=t16 / t1, t1=1000 * t1, t16=1000 * t16))
 else:
     st.warning(tr("freex.not_free_general"))
@@ -153,7 +154,7 @@ if grid:
         default_tau, draft_ms = 1.0, 0.0
         st.caption(tr("freex.draft_zero"))
     tau = st.number_input(tr("free.tau_input"), 1.0, float(n), min(default_tau, float(n)), 0.05, key="free_tau")
-    sp = [predicted_speedup(tau, row[0], row[1], draft_ms) for row in ms]
+    sp = [whatif_speedup(tau, row[0], row[1], draft_ms) for row in ms]
     st.plotly_chart(speedup_by_batch_figure(bs, sp, L), key="free_speedup_fig", config={"displaylogo": False})
     st.caption(tr("free.predicted"))
     st.dataframe(pd.DataFrame({tr("free.batch_axis"): bs, "t(B,1) ms": [round(r[0], 2) for r in ms],

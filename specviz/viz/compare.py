@@ -13,6 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..i18n import t
+from ..machine import interpolate  # the one reader of a measured cost curve
 
 LEGEND = dict(orientation="h", yanchor="bottom", y=1.02, x=0, xanchor="left")
 MARGIN = dict(l=10, r=10, t=50, b=10)
@@ -91,20 +92,6 @@ def bar_with_values(labels: list[str], values: list[float], lang: str = "en", ti
 
 
 # ---------------------------------------------------------------------- the hardware what-if
-def interp_curve(curve: dict, n: float) -> float:
-    """Piecewise-linear read of a measured {size: seconds} curve (keys may be strings)."""
-    pts = sorted((int(k), float(v)) for k, v in curve.items())
-    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-    if n <= xs[0]:
-        return ys[0]
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
-        if n <= x1:
-            return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
-    if len(xs) == 1:
-        return ys[-1]
-    return ys[-1] + (ys[-1] - ys[-2]) * (n - xs[-1]) / (xs[-1] - xs[-2])
-
-
 def whatif_speedup(tau: float, t1: float, tn: float, t_draft: float = 0.0, overhead: float = 0.0,
                    overhead_1: float | None = None) -> float:
     """Predicted speedup over vanilla: tau tokens per round of t(N) + t_draft, against one token
@@ -120,9 +107,9 @@ def whatif_series(curve: tuple[list[int], list[float]], forward: dict, draft_s, 
     """Predicted speedup at every tree size; `draft_s(n)` gives the drafting seconds at size n;
     `overhead`: one number, or the engine's other cost measured by tree size ({n: s}, "1" vanilla's)."""
     ns = sizes or [n for n in curve[0] if n >= 2]
-    t1 = interp_curve(forward, 1)
-    over = (lambda n: interp_curve(overhead, n)) if isinstance(overhead, dict) else (lambda n: float(overhead))  # noqa: E731
-    return ns, [whatif_speedup(tau_at(curve, n), t1, interp_curve(forward, n), draft_s(n), over(n), over(1)) for n in ns]
+    t1 = interpolate(forward, 1)
+    over = (lambda n: interpolate(overhead, n)) if isinstance(overhead, dict) else (lambda n: float(overhead))  # noqa: E731
+    return ns, [whatif_speedup(tau_at(curve, n), t1, interpolate(forward, n), draft_s(n), over(n), over(1)) for n in ns]
 
 
 def whatif_figure(series: dict[str, tuple[list[int], list[float]]], lang: str = "en", dash: dict[str, str] | None = None,

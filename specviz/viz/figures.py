@@ -479,14 +479,6 @@ def latency_grid_figure(batches: list[int], n_tokens: list[int], ms: list[list[f
     return fig
 
 
-def predicted_speedup(tau: float, t1_ms: float, tn_ms: float, draft_ms: float = 0.0) -> float:
-    """Speedup of speculative decoding over vanilla when a round emits `tau` tokens on average,
-    a verify pass of the tree costs `tn_ms`, one vanilla step costs `t1_ms` and drafting `draft_ms`:
-    (tau / (tn + draft)) / (1 / t1)."""
-    denom = tn_ms + draft_ms
-    return float(tau * t1_ms / denom) if denom > 0 else float("nan")
-
-
 def speedup_by_batch_figure(batches: list[int], speedups: list[float], lang: str = "en") -> go.Figure:
     fig = go.Figure(go.Bar(x=[str(b) for b in batches], y=speedups, marker_color="#2ca02c", text=[f"{s:.2f}x" for s in speedups], textposition="outside"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#888")
