@@ -105,20 +105,15 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 # With block weights, batch-1 passes of up to FUSED_MAX_TOKENS tokens (decoding, small draft trees)
 # run each layer in one C++ call; longer passes and batches (prefill, big trees, data generation) run
-# layer by layer in torch (flash attention) with the block matmul, which beats the dense one here at
-# every size measured (32 tokens 2.1x, 128 1.7x, 780 1.3x). Since the fused kernel scores 16 keys at
-# a time with a register tile of 2 rows x 6 tokens (30 Nov 2026), it beats the torch layers up to 64
-# tokens after 300 cached: measured on the 2-core development CPU, 2 threads, fused/torch ms (two runs):
-# 8 tokens 20.1/25.2 and 19.7/23.5, 12: 24.7/31.4 and 29.1/30.7, 24: 49.7/53.8 and 59.3/64.3,
-# 32: 68.3/72.6 and 76.7/79.4 (single thread, 8: 34.6/44.7, 16: 65.0/73.1). 32 keeps a margin.
+# layer by layer in torch (flash attention) with the block matmul, which beats the dense one on
+# AVX-512 at every size measured. The fused kernel beats the torch layers up to ~64 tokens after 300
+# cached on the development CPUs; 32 keeps a margin (docs/runtime.md has the measurements).
 FUSED_MAX_TOKENS = 32
 FUSED_LAYERS = True
 # Long passes (prefill) by the block kernel's vector width: from how many rows the dense fp32
 # weights (torch's GEMM; the same weights, bit for bit) are faster. AVX2 decodes a 4-bit block
-# with ~5 instructions per 8 weights and peaks at ~27 G multiply-adds/s on two Zen 3 cores, while
-# torch's AVX2 GEMM reaches more from a few dozen rows: measured there (2 threads, two runs each,
-# blocks / dense ms): 64 tokens 462/439 and 358/287, 256: 1164/733 and 1191/765, 800: 3805/2217 and
-# 3790/2180. With AVX-512 the blocks win at every size measured (above), so no switch.
+# with ~5 instructions per 8 weights, and torch's AVX2 GEMM overtakes it from a few dozen rows; with
+# AVX-512 the blocks win at every size measured, so no switch (docs/runtime.md).
 DENSE_FROM_ROWS = {256: 64}
 
 

@@ -12,8 +12,8 @@ from .state import tr
 
 EXAMPLES = [
     # the first is every page's default: the prompt of Home's recorded EAGLE-3 round, so "Generate"
-    # runs live what the page just showed (code is predictable: on this 2-core CPU the shipped
-    # EAGLE-3 ran 1.15x vanilla on it, and 0.71x on the sky prompt below, 1 Dec 2026, idle)
+    # runs live what the page just showed (code is predictable: EAGLE-3 drafts it far better than
+    # the sky prompt below; docs/results-history.md has the measured speeds)
     "Write a Python function that returns the sum of a list of numbers.",
     "Explain in two sentences why the sky is blue.",
     "Write a Python function that returns the n-th Fibonacci number.",

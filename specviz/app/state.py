@@ -11,7 +11,7 @@ from ..sampling import SamplingParams
 DEFAULTS = {
     "lang": "en",
     "dtype": "bf16" if torch.cuda.is_available() else "fp32",  # each device's fast exact-enough precision
-    "method": "eagle3",  # the best shipped method: its draft tree branches (issue 15, defaults that teach)
+    "method": "eagle3",  # the best shipped method: its draft tree branches (defaults that teach)
     "temperature": 0.0,
     "top_k": 0,
     "top_p": 1.0,

@@ -61,9 +61,8 @@ class EagleDrafter(Drafter):
             self.vocab_ids_cpu = head.target_ids().cpu()
         self.cache = None
         # The head reads only the last `window` prompt tokens (None: all of them). Its prompt pass
-        # is a real cost of every EAGLE run (~5M multiply-adds a token through the torch path: ~0.1 s
-        # for a 1,000-token Spec-Bench prompt, ~1 ms a round of a 128-token answer), and our heads
-        # were trained on short contexts (most <= 384 tokens + a 160-token answer): a shipped head's
+        # is a real cost of every EAGLE run (~5M multiply-adds a token through the torch path), and
+        # our heads were trained on short contexts (most <= 384 tokens + a 160-token answer): a shipped head's
         # config says how far it reads (`specviz.draft_window`). What is drafted may change; what is
         # accepted never.
         if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):

@@ -118,8 +118,8 @@ def generate_batch(model, prompts_ids: list[list[int]], temps: list[float], cfg:
     eye = torch.eye(P, dtype=torch.bool, device=dev)
     block = torch.ones(P, P, dtype=torch.bool, device=dev).tril()[None] & key_mask[:, None, :P]
     block = block | eye[None]
-    # dense layers (blocks=False: MKL's fp32 GEMM matches the block kernel at 48 rows and is 1.8x
-    # faster at 480, measured on the 2-core Xeon; same weights, sums in another order), the LM head
+    # dense layers (blocks=False: for batches of many rows torch's fp32 GEMM beats the block kernel;
+    # same weights, sums in another order; docs/runtime.md), the LM head
     # as the runtime has it (model.logits)
     if prefill_model is None:
         out = model.forward(tok.to(dev), cache, positions=positions, tree_mask=block, taps=taps, last_only=True,

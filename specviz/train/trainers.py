@@ -287,7 +287,7 @@ def train(cfg: TrainConfig, log=print, model=None):
     dev = torch.device(cfg.device)
     if cfg.autocast and dev.type == "cpu" and cpu_has_bf16() is False:
         log("--autocast ignored: this CPU has no native bf16 (AVX-512 BF16 or AMX), where torch's emulated bf16 "
-            "made a training step >20x slower than fp32 (Zen 3, session 22); training in fp32")
+            "made a training step >20x slower than fp32 on a Zen 3; training in fp32")
         cfg.autocast = False
     if model is None:
         model = load_target(cfg.model or None, dtype=torch.float32, device="cpu").model

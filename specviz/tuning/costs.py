@@ -161,7 +161,7 @@ def device_costs(target, method: str, profile: dict, remeasure: bool = False, lo
         if log:
             log("measuring the target's forward cost for 1..64 tree tokens on this device (once)")
         # the LM head only over the rows a round computes up front (engine.PREFETCH_ROWS): over all n
-        # rows it cost a 24-node tree ~4 ms more here than the engine ever spends
+        # rows it would price a big tree's pass higher than the engine ever spends
         curve = forward_curve(model, GRID, context=256, repeats=5, head_rows=PREFETCH_ROWS)
         data["forward"] = {str(n): t for n, t in curve.items()}
         data["machine"], data["date"] = machine(), dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

@@ -58,8 +58,8 @@ def tuned_tree(target, method: str, head_dir=None, log=None, build=None, measure
     best trees on a CPU, where it once picked a tree 10% slower than a 2-node one.
     The profile is greedy, so the shortlist is timed twice: greedy (the returned tree) and at
     T = 1 (`best["sampled"]`, the tree a drafter uses at any T > 0). Why: sampled rounds accept
-    less, and the greedy pick (depth 2 with a path floor, session 21) ran 0.92x vanilla at T = 1
-    where a 2-node tree ran 1.00x.
+    less, and a greedy pick (depth 2 with a path floor) once ran 0.92x vanilla at T = 1 where a
+    2-node tree ran 1.00x.
     `head_dir`: default, the shipped folder holding the method's profile; `build`: see
     `device_costs` (specviz.methods.tune passes both). `measure=False`: only what was measured
     before (None when anything is missing): building a drafter never starts a timing run."""
