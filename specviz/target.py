@@ -20,6 +20,7 @@ from . import SpecVizError, cudagraph, qkernel
 from .blockweights import LayerBlocks, attach_blocks, quantize_q8_0
 from .config import ModelConfig, rope_inv_freq
 from .loading import DEFAULT_MODEL, default_device, default_dtype, default_gguf_path, load_checkpoint
+from .ops import keep_entries, rms_norm, rotate_half
 from .tokenizer import ChatTokenizer
 
 
@@ -53,17 +54,7 @@ class KVCache:
     def commit(self, keep=None) -> None:
         """Keep block entries `keep` (default: all pending) as the next committed positions."""
         L = self.length
-        if keep is None:
-            n = self.pending
-        elif isinstance(keep, (list, tuple, range)) and all(k == i for i, k in enumerate(keep)):
-            n = len(keep)  # already in place (vanilla, a chain's accepted prefix): nothing to move
-        else:
-            idx = torch.as_tensor(keep, dtype=torch.long, device=self.k.device)
-            n = int(idx.numel())
-            if n and not torch.equal(idx, torch.arange(n, device=idx.device)):
-                src = idx + L
-                self.k[:, :, :, L : L + n] = self.k[:, :, :, src]
-                self.v[:, :, :, L : L + n] = self.v[:, :, :, src]
+        n = self.pending if keep is None else keep_entries(self.k, self.v, L, keep, axis=3)
         self.length = L + n
         self.pending = 0
 
@@ -86,21 +77,6 @@ class ForwardOut:
     logits: torch.Tensor | None  # [B, T, V] (or [B, 1, V] with last_only); None with head=False
     taps: dict = field(default_factory=dict)  # layer index -> input of that layer; "final" -> normed output
     hidden: torch.Tensor | None = None  # [B, T, H] normed last hidden state, with head=False (LM head: `logits`)
-
-
-def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm computed in fp32 as Hugging Face's LlamaRMSNorm does (one fused op when already fp32)."""
-    dtype = x.dtype
-    if dtype == torch.float32:
-        return F.rms_norm(x, w.shape, w, eps)
-    xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return w * xf.to(dtype)
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
 
 
 # With block weights, batch-1 passes of up to FUSED_MAX_TOKENS tokens (decoding, small draft trees)

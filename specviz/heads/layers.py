@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from .. import qkernel
 from ..blockweights import MAX_BLOCK_ROWS, BlockWeight, quantize_q8_0
+from ..ops import keep_entries, rms_norm, rotate_half
 
 
 class FusedLinears:
@@ -109,19 +110,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        if x.dtype == torch.float32 and not torch.is_grad_enabled():
-            # drafting: torch's one op gives the same bits as the lines below (checked on
-            # random inputs; the target's norm relies on it too), for 1 dispatch instead of 7
-            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
-        dtype = x.dtype
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(dtype)
-
-
-def rotate_half(x):
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+        # drafting: torch's fused op (the same bits); training keeps the written-out one for autograd
+        return rms_norm(x, self.weight, self.eps, fused=not torch.is_grad_enabled())
 
 
 class Rotary(nn.Module):
@@ -249,17 +239,7 @@ class HeadCache:
         self.k, self.v, self.max_len = k, v, new
 
     def commit(self, keep):
-        L = self.length
-        if isinstance(keep, (list, tuple, range)) and all(k == i for i, k in enumerate(keep)):
-            self.length = L + len(keep)  # already in place: nothing to move
-            return
-        idx = torch.as_tensor(keep, dtype=torch.long, device=self.k.device)
-        n = int(idx.numel())
-        if n and not torch.equal(idx, torch.arange(n, device=idx.device)):
-            src = idx + L
-            self.k[:, :, L : L + n] = self.k[:, :, src]
-            self.v[:, :, L : L + n] = self.v[:, :, src]
-        self.length = L + n
+        self.length += keep_entries(self.k, self.v, self.length, keep, axis=2)
 
     def truncate(self, length):
         self.length = min(self.length, length)
