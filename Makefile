@@ -1,5 +1,6 @@
-# The two commands of the README: `make app` and `make test`.
-.PHONY: setup app test bench
+# The two commands of the README: `make app` and `make test` (all tests: CI's command).
+# `make test-fast`, for contributors: all but the `slow` and `browser` tests (pytest.ini's markers).
+.PHONY: setup app test test-fast bench
 
 setup:
 	bash scripts/setup.sh
@@ -12,6 +13,10 @@ test: setup
 	bash scripts/compiler.sh
 	bash scripts/browser.sh
 	.venv/bin/python -m pytest -q
+
+test-fast: setup
+	bash scripts/compiler.sh
+	.venv/bin/python -m pytest -q -m "not slow and not browser"
 
 bench: setup
 	.venv/bin/python -m specviz.bench --methods vanilla,hf --limit 5

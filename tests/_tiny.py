@@ -1,4 +1,7 @@
-"""A tiny random Llama target and a tiny regenerated data set, for fast head/trainer tests."""
+"""A tiny random Llama target and a tiny regenerated data set, for fast head/trainer/engine tests.
+
+Tests get these builders through the fixtures of the same names in conftest.py.
+"""
 
 from __future__ import annotations
 

@@ -11,15 +11,6 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = str(ROOT / "app.py")
-TIMEOUT = 300
-
-
-def new_app(**query) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    for k, v in query.items():
-        at.query_params[k] = v
-    return at
 
 
 def ok(at: AppTest):
@@ -40,7 +31,7 @@ def errors(at):
 
 
 @pytest.fixture(scope="module")
-def home():
+def home(new_app):
     at = ok(new_app().run())
     side(at, "number_input", "max_new", 8)
     return ok(at)
@@ -63,14 +54,14 @@ def test_home_generates_and_measures(home):
     assert any("Median of 3 runs" in c.value for c in at.caption)
 
 
-def test_language_switch_to_chinese():
+def test_language_switch_to_chinese(new_app):
     at = ok(new_app().run())
     side(at, "selectbox", "lang", "zh")
     ok(at)
     assert at.title[0].value == "推测解码，一步一步看"
 
 
-def test_empty_prompt_gives_inline_error_and_keeps_state():
+def test_empty_prompt_gives_inline_error_and_keeps_state(new_app):
     at = ok(new_app().run())
     side(at, "number_input", "max_new", 4)
     at.button(key="home_generate").click().run()
@@ -86,7 +77,7 @@ def test_empty_prompt_gives_inline_error_and_keeps_state():
     assert any("empty" in e for e in errors(at))
 
 
-def test_unavailable_method_is_listed_and_disabled(monkeypatch, tmp_path):
+def test_unavailable_method_is_listed_and_disabled(monkeypatch, tmp_path, new_app):
     """A build without the EAGLE-3 head lists it, says why, and disables running it."""
     import specviz.heads.io as hio
     from specviz.app.methods import method_status
@@ -107,7 +98,7 @@ def test_unavailable_method_is_listed_and_disabled(monkeypatch, tmp_path):
         method_status.clear()
 
 
-def test_decode_round_stepper():
+def test_decode_round_stepper(new_app):
     at = ok(new_app().run())
     at.switch_page("views/decode.py").run()
     ok(at)
@@ -138,7 +129,7 @@ def test_decode_round_stepper():
     assert any("yes" in s.value for s in at.success), [s.value for s in at.success]
 
 
-def test_deep_link_reopens_round():
+def test_deep_link_reopens_round(new_app):
     at = new_app(prompt="Count to five: one, two", round="3", method="vanilla", seed="7")
     at.switch_page("views/decode.py")
     at.run()
@@ -148,7 +139,7 @@ def test_deep_link_reopens_round():
     assert len(sess.traces) == 3
 
 
-def test_rule_page():
+def test_rule_page(new_app):
     at = ok(new_app().run())
     at.switch_page("views/rule.py").run()
     ok(at)
@@ -161,7 +152,7 @@ def test_rule_page():
     assert errors(at)  # two equal candidates: inline message
 
 
-def test_free_page_measures():
+def test_free_page_measures(new_app):
     at = ok(new_app().run())
     at.switch_page("views/free.py").run()
     at.number_input(key="free_reps").set_value(1).run()
@@ -181,7 +172,7 @@ def test_free_page_measures():
     assert set(at.session_state["free_grid"]["res"]) == {1, 2}
 
 
-def test_lossless_page_correct_vs_broken():
+def test_lossless_page_correct_vs_broken(new_app):
     pytest.importorskip("specviz.lossless")
     at = ok(new_app().run())
     at.switch_page("views/lossless.py").run()
@@ -202,7 +193,7 @@ def test_lossless_page_correct_vs_broken():
     assert exact and all(0 < p <= 1 for p in exact.values()) and sum(exact.values()) <= 1 + 1e-9
 
 
-def test_compare_page():
+def test_compare_page(new_app):
     at = ok(new_app().run())
     side(at, "number_input", "max_new", 6)
     at.switch_page("views/compare.py").run()
@@ -223,7 +214,7 @@ def test_compare_page():
     assert all("already at the tree tuned" in i.value for i in at.info if "Slower than vanilla" in i.value)
 
 
-def test_tune_tree_button_sets_the_device_tuned_size(pinned_costs):
+def test_tune_tree_button_sets_the_device_tuned_size(pinned_costs, new_app):
     """The sidebar's tune button applies the best tree of the shipped profile for this machine's
     costs (here a fixed synthetic cost table, so the expected choice can be computed)."""
     from specviz import tuning
@@ -248,7 +239,7 @@ def test_tune_tree_button_sets_the_device_tuned_size(pinned_costs):
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_tune_tree_button_applies_the_tree_timed_at_the_sidebars_temperature(pinned_costs, monkeypatch, temperature):
+def test_tune_tree_button_applies_the_tree_timed_at_the_sidebars_temperature(pinned_costs, monkeypatch, temperature, new_app):
     """The tuner times its shortlist greedy and at T = 1; at T > 0 the button applies the tree timed
     sampling (here: greedy the model's favourite wins, sampled the 2-node tree) and says so."""
     from specviz import tuning
@@ -264,7 +255,7 @@ def test_tune_tree_button_applies_the_tree_timed_at_the_sidebars_temperature(pin
         fast = (lambda c: c["total_tokens"] == 2) if params.temperature > 0 else (lambda c: c is cands[0])
         return [dict(c, measured_tok_s=50.0 + fast(c), measured_tau=1.4, speedup=1.0 + fast(c) / 10) for c in cands], dict(tok_s=50.0)
 
-    monkeypatch.setattr(tuning, "time_candidates", timed)
+    monkeypatch.setattr(tuning.pick, "time_candidates", timed)
     at = ok(new_app().run())
     side(at, "radio", "method", "eagle3")
     if temperature:
@@ -279,7 +270,7 @@ def test_tune_tree_button_applies_the_tree_timed_at_the_sidebars_temperature(pin
     assert any("drawn from q" in c.value for c in at.caption) == bool(temperature)
 
 
-def test_rule_page_single_draw_stepper():
+def test_rule_page_single_draw_stepper(new_app):
     at = ok(new_app().run())
     at.switch_page("views/rule.py").run()
     ok(at)
@@ -298,7 +289,7 @@ def test_rule_page_single_draw_stepper():
     assert len(seeds) == 6
 
 
-def test_compare_acceptance_view_needs_no_run():
+def test_compare_acceptance_view_needs_no_run(new_app):
     """The equal-tree acceptance view comes from shipped measurements: no button pressed."""
     at = ok(new_app().run())
     at.switch_page("views/compare.py").run()
@@ -334,7 +325,7 @@ def test_compare_acceptance_view_needs_no_run():
         assert nodes == round(entry["per_round_ms"]["nodes"], 1)
 
 
-def test_free_batch_lesson_without_prior_run():
+def test_free_batch_lesson_without_prior_run(new_app):
     at = ok(new_app().run())
     at.switch_page("views/free.py").run()
     ok(at)
@@ -348,7 +339,7 @@ def test_free_batch_lesson_without_prior_run():
     assert any("acceptance profile" in c.value for c in at.caption)
 
 
-def test_compare_hardware_whatif_from_measured_costs(monkeypatch):
+def test_compare_hardware_whatif_from_measured_costs(monkeypatch, new_app):
     """The what-if reads this machine's cached costs (here a fixed table, so the curve can be
     checked) and says that no GPU curve ships rather than inventing one."""
     from specviz import measured
@@ -459,7 +450,7 @@ def test_prefill_prototypes_are_kept_per_key_and_target():
     prefill.clear()
 
 
-def test_drafts_drawn_from_q_at_t_above_zero_from_the_sidebar():
+def test_drafts_drawn_from_q_at_t_above_zero_from_the_sidebar(new_app):
     """?draw_sample=1 (the sidebar's "Draw the drafts from q"): Home's EAGLE-3 rounds are verified by
     the drawn rule (chain / tree-sampled); switching it off gives EAGLE's deterministic rule; at T = 0
     the switch is disabled (greedy is the same either way)."""

@@ -193,19 +193,35 @@ def test_rule(server, browser):
 
 
 def test_free(server, browser):
+    """"Measure forward latency" draws this machine's latency curve, absent before the click (the page's
+    other plots show shipped or cached curves), over every pass size, and states its cost ratios."""
     open_page(browser, f"{server}/free")
+    curve = ".st-key-free_curve_fig .js-plotly-plot"
+    assert not browser.find_elements(By.CSS_SELECTOR, curve)
     click_button(browser, "Measure forward latency")
     idle(browser)
     no_errors(browser)
-    assert browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
+    xy = browser.execute_script("const p = document.querySelector(arguments[0]); return p && [p.data[0].x, p.data[0].y];", curve)
+    assert xy, "no measured latency curve"
+    assert [int(n) for n in xy[0]] == [1, 2, 4, 8, 16, 32, 64] and all(ms > 0 for ms in xy[1]), xy
+    text = browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"]').text
+    assert all(f"A pass of {n} tokens costs" in text for n in (4, 16, 64)), text[:2000]
+    assert "Measured just now on this machine" in text
     shot(browser, "free")
 
 
 def test_lossless(server, browser):
+    """The no-rejection bug, opened by a deep link, is run beside the correct rule: the correct rule
+    passes and the bug's check fails, in red."""
     open_page(browser, f"{server}/lossless?variant=no-rejection")
     click_button(browser, "Run the check")
     idle(browser, timeout=400)
     no_errors(browser)
+    strong = [s.text for s in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stMarkdownContainer"] strong')]
+    verdicts = [s.rsplit(": ", 1)[-1] for s in strong if s.startswith("Verdict (exact check and sampling test)")]
+    assert verdicts == ["PASS", "FAIL"], strong  # the correct rule's column, then the bug's
+    failed = [e.text for e in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stAlertContentError"]')]
+    assert any(e.startswith("FAIL: max |P_spec − P_target|") for e in failed), failed  # the exact check decides
     shot(browser, "lossless")
 
 

@@ -11,25 +11,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import tiny_target, tiny_target_bundle  # noqa: E402
-
-from specviz import cudagraph  # noqa: E402
-from specviz.drafters.base import NoDraft  # noqa: E402
-from specviz.drafters.eagle import EagleDrafter  # noqa: E402
-from specviz.drafters.medusa import MedusaDrafter  # noqa: E402
-from specviz.drafters.pld import PromptLookupDrafter  # noqa: E402
-from specviz.drafters.sps import SpSDrafter  # noqa: E402
-from specviz.engine import SpeculativeDecoder, vanilla_generate  # noqa: E402
-from specviz.heads import Eagle1Head, Eagle3Head, MedusaHeads, head_config_from_target  # noqa: E402
-from specviz.sampling import SamplingParams, probs  # noqa: E402
-from specviz.target import KVCache  # noqa: E402
+from specviz import cudagraph
+from specviz.drafters.base import NoDraft
+from specviz.drafters.eagle import EagleDrafter
+from specviz.drafters.medusa import MedusaDrafter
+from specviz.drafters.pld import PromptLookupDrafter
+from specviz.drafters.sps import SpSDrafter
+from specviz.engine import SpeculativeDecoder, vanilla_generate
+from specviz.heads import Eagle1Head, Eagle3Head, MedusaHeads, head_config_from_target
+from specviz.sampling import SamplingParams, probs
+from specviz.target import KVCache
 
 NO_CUDA = "no CUDA device: the GPU cases run where torch sees one (scripts/gpu_run.sh)"
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA))]
@@ -53,9 +48,10 @@ def _random_init(module: torch.nn.Module, seed: int, scale: float = 1.0):
 
 
 class Kit:
-    """The tiny target and one of each drafter's weights, on one device."""
+    """The tiny target and one of each drafter's weights, on one device (`tiny_target`,
+    `tiny_target_bundle`: the builders that conftest's fixtures of those names hand out)."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, tiny_target, tiny_target_bundle):
         self.device = device
         self.target = tiny_target_bundle(seed=1, device=device)
         model = self.target.model
@@ -96,9 +92,15 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="module")
+def make_kit(tiny_target, tiny_target_bundle):
+    """`make_kit(device)`: a new Kit, for a test that changes it."""
+    return lambda device: Kit(device, tiny_target, tiny_target_bundle)
+
+
 @pytest.fixture(scope="module", params=DEVICES)
-def kit(request):
-    return Kit(request.param)
+def kit(request, make_kit):
+    return make_kit(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +252,7 @@ def test_padding_rows_are_isolated():
 
 
 @pytest.mark.parametrize("n,tree", [(1, False), (5, True), (5, False), (9, True), (16, True)])
-def test_padded_static_pass_matches_the_eager_pass(n, tree):
+def test_padded_static_pass_matches_the_eager_pass(n, tree, tiny_target):
     """What a CUDA graph replays, run on a CPU: padded to its bucket, over the whole static cache."""
     model = tiny_target(seed=2)
     taps = (2, 5, "final")
@@ -284,10 +286,10 @@ def test_padded_static_pass_matches_the_eager_pass(n, tree):
 
 
 @pytest.mark.parametrize("method", ["vanilla", "sps", "eagle2", "eagle3"])
-def test_graph_glue_on_a_cpu_gives_the_eager_output(method):
+def test_graph_glue_on_a_cpu_gives_the_eager_output(method, make_kit):
     """Everything a CUDA graph pass does except the capture (pooled caches, buckets, padding, static
     buffers, copies out), run on a CPU through the engine: same tokens as the eager runtime."""
-    kit = Kit("cpu")
+    kit = make_kit("cpu")
     params = SamplingParams(temperature=1.0)
     eager = SpeculativeDecoder(kit.target, kit.drafter(method), params, seed=3).generate(PROMPT, NEW, chat=False)
     for m in (kit.target.model, kit.draft):
@@ -306,13 +308,13 @@ def test_graph_glue_on_a_cpu_gives_the_eager_output(method):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_head_static_pass_matches_the_eager_pass(device):
+def test_head_static_pass_matches_the_eager_pass(device, make_kit):
     """An EAGLE head's padded drafting pass over its whole cache (what its CUDA graph replays; on a
     CPU the same pass uncaptured): the committed entries, then two tree levels, the second seeing
     the first through `block`."""
     from specviz.heads.layers import HeadCache
 
-    kit = Kit(device)
+    kit = make_kit(device)
     head, H = kit.e3, kit.target.cfg.hidden_size
     feats = lambda n, seed: torch.randn(1, n, H, generator=torch.Generator().manual_seed(seed)).to(device)  # noqa: E731
     t = lambda x: torch.tensor(x, device=device)  # noqa: E731
@@ -343,7 +345,7 @@ cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
 
 @cuda_only
 @pytest.mark.parametrize("n", [1, 3, 8, 13, 40])
-def test_graphed_pass_matches_eager_on_cuda(n):
+def test_graphed_pass_matches_eager_on_cuda(n, tiny_target):
     model = tiny_target(seed=2, device="cuda")
     assert model.cuda_graphs
     g = torch.Generator().manual_seed(n)
@@ -364,7 +366,7 @@ def test_graphed_pass_matches_eager_on_cuda(n):
 
 
 @cuda_only
-def test_pooled_caches_reuse_their_graphs():
+def test_pooled_caches_reuse_their_graphs(tiny_target):
     model = tiny_target(seed=2, device="cuda")
     first = model.new_cache(100)
     model.forward(torch.tensor([[3, 4, 5]]), first)
@@ -379,8 +381,8 @@ def test_pooled_caches_reuse_their_graphs():
 
 @cuda_only
 @pytest.mark.parametrize("method", ["vanilla", "sps", "eagle3"])
-def test_bf16_on_cuda_runs(method):
-    kit = Kit("cuda")
+def test_bf16_on_cuda_runs(method, make_kit, tiny_target):
+    kit = make_kit("cuda")
     model = kit.target.model
     bf = tiny_target(seed=1, device="cuda", dtype=torch.bfloat16)
     kit.target = dataclasses.replace(kit.target, model=bf)

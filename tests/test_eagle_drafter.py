@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import tiny_target_bundle  # noqa: E402
-
-from specviz.drafters.eagle import EagleDrafter  # noqa: E402
-from specviz.engine import SpeculativeDecoder, vanilla_generate  # noqa: E402
-from specviz.heads import Eagle1Head, Eagle3Head, head_config_from_target  # noqa: E402
-from specviz.sampling import SamplingParams  # noqa: E402
+from specviz.drafters.eagle import EagleDrafter
+from specviz.engine import SpeculativeDecoder, vanilla_generate
+from specviz.heads import Eagle1Head, Eagle3Head, head_config_from_target
+from specviz.sampling import SamplingParams
 
 
 def _head(target, kind):
@@ -35,7 +29,7 @@ def _head(target, kind):
 
 @pytest.mark.parametrize("kind,tree,min_prob", [("eagle1", "static", 0.0), ("eagle1", "dynamic", 0.0), ("eagle3", "dynamic", 0.0),
                                                 ("eagle1", "dynamic", 0.3), ("eagle3", "dynamic", 0.2)])
-def test_greedy_identical_to_vanilla_and_cache_consistent(kind, tree, min_prob):
+def test_greedy_identical_to_vanilla_and_cache_consistent(kind, tree, min_prob, tiny_target_bundle):
     target = tiny_target_bundle(seed=1)
     head = _head(target, kind)
     drafter = EagleDrafter(head, target.model, name=kind, tree=tree, depth=4, top_k=4, total_tokens=12, min_prob=min_prob)
@@ -61,7 +55,7 @@ def test_greedy_identical_to_vanilla_and_cache_consistent(kind, tree, min_prob):
 
 
 @pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
-def test_a_window_reads_the_last_prompt_tokens_only_and_stays_lossless(kind):
+def test_a_window_reads_the_last_prompt_tokens_only_and_stays_lossless(kind, tiny_target_bundle):
     target = tiny_target_bundle(seed=1)
     head = _head(target, kind)
     prompt = [5, 9, 17, 33, 2, 8, 60, 61, 7, 12, 40, 41, 3, 19, 22, 50]
@@ -101,7 +95,7 @@ def test_a_window_reads_the_last_prompt_tokens_only_and_stays_lossless(kind):
         EagleDrafter(head, target.model, window=0)
 
 
-def test_sampling_runs_and_snapshot_replays():
+def test_sampling_runs_and_snapshot_replays(tiny_target_bundle):
     target = tiny_target_bundle(seed=2)
     head = _head(target, "eagle3")
     drafter = EagleDrafter(head, target.model, name="eagle3", depth=3, top_k=3, total_tokens=8)
@@ -115,12 +109,10 @@ def test_sampling_runs_and_snapshot_replays():
     assert a == b
 
 
-def test_medusa_and_sps_greedy_identical_to_vanilla():
+def test_medusa_and_sps_greedy_identical_to_vanilla(tiny_target, tiny_target_bundle):
     from specviz.drafters.medusa import MedusaDrafter
     from specviz.drafters.sps import SpSDrafter
     from specviz.heads import MedusaHeads
-
-    from _tiny import tiny_target
 
     target = tiny_target_bundle(seed=1)
     cfg = target.cfg
@@ -167,7 +159,7 @@ def test_registry_availability_reads_the_shipped_configs_without_building(monkey
     assert methods.availability("nonsense") == (False, "Unknown method 'nonsense'.")
 
 
-def test_drafters_share_a_loaded_head_until_its_folder_changes(tmp_path):
+def test_drafters_share_a_loaded_head_until_its_folder_changes(tmp_path, tiny_target_bundle):
     """Every drafter of one target and head folder gets the same head object (loaded once); a
     head saved again into the folder is loaded anew, with the new weights."""
     import os
@@ -179,7 +171,7 @@ def test_drafters_share_a_loaded_head_until_its_folder_changes(tmp_path):
     save_head(_head(target, "eagle3"), tmp_path, dtype=torch.float32)
     a = make_eagle3(target, head_dir=tmp_path, depth=2, top_k=2, total_tokens=4)
     b = make_eagle3(target, head_dir=tmp_path, depth=3, top_k=2, total_tokens=6)
-    assert a.head is b.head and (a.depth, b.depth) == (2, 3)
+    assert a.head is b.head and (a.shape.depth, b.shape.depth) == (2, 3)
     other = tiny_target_bundle()  # another target: its own head, bound to its own embedding
     assert make_eagle3(other, head_dir=tmp_path).head is not a.head
 
@@ -203,11 +195,11 @@ def test_tuned_eagle_trees_draw_their_drafts_at_t_above_zero(target, monkeypatch
 
     monkeypatch.setattr(tuning, "tree_for", lambda *a, **k: {"kind": "dynamic", "depth": 1, "total_tokens": 2,
                                                            "top_k": 8, "min_prob": 0.0})
-    assert methods.make_drafter("eagle3", target).draw == "sample"
-    assert methods.make_drafter("eagle2", target).draw == "sample"
-    assert methods.make_drafter("eagle3", target, draw="top").draw == "top"
-    assert methods.make_drafter("eagle3", target, depth=2, top_k=4, total_tokens=4).draw == "top"
-    assert methods.make_drafter("eagle3", target, tree_size="paper").draw == "top"
+    assert methods.make_drafter("eagle3", target).shape.draw == "sample"
+    assert methods.make_drafter("eagle2", target).shape.draw == "sample"
+    assert methods.make_drafter("eagle3", target, draw="top").shape.draw == "top"
+    assert methods.make_drafter("eagle3", target, depth=2, top_k=4, total_tokens=4).shape.draw == "top"
+    assert methods.make_drafter("eagle3", target, tree_size="paper").shape.draw == "top"
     with pytest.raises(ValueError, match="draw"):
         methods.make_drafter("eagle3", target, draw="nope")
     drafter = methods.make_drafter("eagle3", target)

@@ -8,7 +8,7 @@ import torch
 from specviz import SpecVizError
 from specviz.drafters.pld import PromptLookupDrafter
 from specviz.drafters.sps import SpSDrafter
-from specviz.engine import SpeculativeDecoder
+from specviz.engine import SpeculativeDecoder, vanilla_generate
 from specviz.examples import EXAMPLE_PROMPTS
 from specviz.sampling import SamplingParams
 from specviz.target import load_target
@@ -93,9 +93,24 @@ def test_replay_reproduces_the_round(target):
     assert [strip(t) for t in first] == [strip(t) for t in again]
 
 
-def test_budget_is_exact_and_eos_stops(target):
-    res = SpeculativeDecoder(target, PromptLookupDrafter()).generate("Tell me about the moon.", 17)
-    assert len(res.tokens) == 17 or res.tokens[-1] in target.eos_ids
+@pytest.mark.parametrize("prompt, budget, stop", [
+    # a long answer, cut at exactly 17 tokens
+    ("Tell me about the moon.", 17, "budget"),
+    # PLD copies the sentence: 7 tokens in 3 rounds, the last round's draft pruned to fit the budget
+    ("Repeat this sentence exactly: the quick brown fox jumps over the lazy dog.", 7, "budget"),
+    # a short answer (24 tokens here): it ends on its EOS, far under the budget
+    ("Say hi.", 64, "eos"),
+])
+def test_budget_is_exact_and_eos_stops(target, prompt, budget, stop):
+    """Greedy PLD gives exactly vanilla's tokens: the budget's count when the answer is longer (the last
+    round's drafts cut to fit), else up to and including the first EOS, and nothing after it."""
+    res = SpeculativeDecoder(target, PromptLookupDrafter()).generate(prompt, budget)
+    assert res.tokens == vanilla_generate(target, prompt, budget).tokens
+    eos_at = [i for i, t in enumerate(res.tokens) if t in target.eos_ids]
+    if stop == "budget":
+        assert len(res.tokens) == budget and eos_at == []
+    else:
+        assert len(res.tokens) < budget and eos_at == [len(res.tokens) - 1]
 
 
 @pytest.mark.parametrize(

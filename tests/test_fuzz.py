@@ -5,7 +5,6 @@ never leave a session stuck."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,7 +17,6 @@ from specviz.app.sidebar import _PARSERS, parse_param, round_param
 from specviz.app.state import DEFAULTS
 from specviz.sampling import SamplingParams, probs
 
-ROOT = Path(__file__).resolve().parent.parent
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -148,19 +146,10 @@ def test_engine_rejects_odd_budgets(target, budget):
 
 
 # ------------------------------------------------------------------ the app with hostile input
-def _app(**query):
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    for k, v in query.items():
-        at.query_params[k] = v
-    return at
-
-
-def test_app_with_malformed_and_out_of_range_query_params():
-    at = _app(temperature="inf", top_k="-7", top_p="nan", seed="1e99", max_new="99999999", method="<script>alert(1)</script>",
-              lang="xx", dtype="fp64", depth="abc", tree_topk="²", total_tokens="1" * 200, pld_ngram="", round="²",
-              prompt="\x00\x1b[2J" + "A" * 100_000)
+def test_app_with_malformed_and_out_of_range_query_params(new_app):
+    at = new_app(temperature="inf", top_k="-7", top_p="nan", seed="1e99", max_new="99999999", method="<script>alert(1)</script>",
+                 lang="xx", dtype="fp64", depth="abc", tree_topk="²", total_tokens="1" * 200, pld_ngram="", round="²",
+                 prompt="\x00\x1b[2J" + "A" * 100_000)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     ss = at.session_state
@@ -172,8 +161,8 @@ def test_app_with_malformed_and_out_of_range_query_params():
     assert not at.exception, [e.value for e in at.exception]
 
 
-def test_app_decode_with_hostile_prompts_never_sticks():
-    at = _app(max_new="6")
+def test_app_decode_with_hostile_prompts_never_sticks(new_app):
+    at = new_app(max_new="6")
     at.run()
     at.switch_page("views/decode.py").run()
     assert not at.exception

@@ -55,6 +55,7 @@ def test_a_damaged_piece_is_refused(tmp_path):
     assert not (tmp_path / "there/files/f.bin").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (ROOT / ".venv/bin/python").exists(), reason="the rehearsal runs the project's .venv")
 def test_rehearsal_runs_every_step_of_the_three_commands(tmp_path):
     r = subprocess.run(["bash", "scripts/gpu_run.sh", "rehearse"], cwd=ROOT, capture_output=True, text=True,

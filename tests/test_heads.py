@@ -4,18 +4,13 @@ official-layout EAGLE-1/EAGLE-3 checkpoints, and training-time test == drafting.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import tiny_config, tiny_target  # noqa: E402
-
-from specviz import SpecVizError  # noqa: E402
-from specviz.heads import Eagle1Head, Eagle3Head, MedusaHeads, head_config_from_target, load_head, save_head  # noqa: E402
-from specviz.heads.layers import HeadCache  # noqa: E402
+from specviz import SpecVizError
+from specviz.heads import Eagle1Head, Eagle3Head, MedusaHeads, head_config_from_target, load_head, save_head
+from specviz.heads.layers import HeadCache
 
 
 def _randomize(m, seed=0):
@@ -33,7 +28,7 @@ def _e3(cfg, vocab=48):
     return h
 
 
-def test_d2t_t2d_mapping():
+def test_d2t_t2d_mapping(tiny_config):
     cfg = tiny_config()
     h = _e3(cfg)
     ids = torch.nonzero(h.t2d).flatten()
@@ -45,7 +40,7 @@ def test_d2t_t2d_mapping():
 
 
 @pytest.mark.parametrize("method", ["eagle1", "eagle3", "medusa"])
-def test_round_trip_public_layout(tmp_path, method):
+def test_round_trip_public_layout(tmp_path, method, tiny_target):
     target = tiny_target()
     cfg = target.cfg
     if method == "eagle1":
@@ -89,7 +84,7 @@ def test_round_trip_public_layout(tmp_path, method):
         assert torch.allclose(head.forward_seq(toks, hid, pos), back16.forward_seq(toks, hid2, pos), atol=2e-2)
 
 
-def test_refuses_mismatched_heads(tmp_path):
+def test_refuses_mismatched_heads(tmp_path, tiny_target, tiny_config):
     target = tiny_target()
     head = _e3(target.cfg)
     save_head(head, tmp_path / "e3")
@@ -113,7 +108,7 @@ def _official_common(H, V, nh=4, nkv=2):
             "rope_theta": 10000.0, "vocab_size": V, "max_position_embeddings": 2048, "model_type": "llama"}
 
 
-def test_loads_official_eagle1_layout(tmp_path):
+def test_loads_official_eagle1_layout(tmp_path, tiny_target):
     target = tiny_target()
     H, V = target.cfg.hidden_size, target.cfg.vocab_size
     kv = 2 * (H // 4)
@@ -134,7 +129,7 @@ def test_loads_official_eagle1_layout(tmp_path):
     assert head.logits(out).shape == (1, 3, V)
 
 
-def test_loads_official_eagle3_layout(tmp_path):
+def test_loads_official_eagle3_layout(tmp_path, tiny_target):
     from safetensors.torch import save_file
 
     target = tiny_target()
@@ -163,7 +158,7 @@ def test_loads_official_eagle3_layout(tmp_path):
 
 
 @pytest.mark.parametrize("method", ["eagle1", "eagle3"])
-def test_training_time_test_matches_drafting(method):
+def test_training_time_test_matches_drafting(method, tiny_target):
     """Step j of the unrolled training pass == drafting a chain with the head's KV cache."""
     target = tiny_target()
     cfg = target.cfg
@@ -194,7 +189,7 @@ def test_training_time_test_matches_drafting(method):
 
 
 @pytest.mark.parametrize("method", ["eagle1", "eagle3"])
-def test_kernel_layer_drafts_like_the_torch_layer(method):
+def test_kernel_layer_drafts_like_the_torch_layer(method, tiny_target):
     """Drafting through the one-call kernel layer (`KernelLayer`) gives the torch path's outputs and
     cache entries: a commit pass, a tree level seeing everything, and a level seeing only its own
     ancestors among 3 uncommitted entries (`offset`). The kernel sums attention, rotary and norms in

@@ -82,11 +82,10 @@ def test_differences_sees_a_change_and_ignores_timings():
 
 # ---------------------------------------------------------------------- the page
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_lesson_page_steps_through_every_step(lang):
-    from streamlit.testing.v1 import AppTest
+def test_lesson_page_steps_through_every_step(lang, new_app):
     from test_zh import english_left
 
-    at = AppTest.from_file(str(ROOT / "views" / "lesson.py"), default_timeout=60)
+    at = new_app("views/lesson.py", timeout=60)
     at.session_state["lang"] = lang
     at.run()
     assert not at.exception, at.exception
@@ -112,11 +111,9 @@ def test_lesson_page_steps_through_every_step(lang):
         assert not any("奖励" in s for s in seen)
 
 
-def test_run_it_live_button_replays_the_step():
+def test_run_it_live_button_replays_the_step(new_app):
     """Step 2's button runs the recorded settings through the engine and says the round is identical."""
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "views" / "lesson.py"), default_timeout=300)
+    at = new_app("views/lesson.py")
     at.run()
     at.button(key="lesson_next").click().run()
     assert at.session_state["lesson_step"] == 2
@@ -129,14 +126,12 @@ def test_run_it_live_button_replays_the_step():
     assert any(expect in s for s in said), said
 
 
-def test_deep_link_opens_a_step():
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "views" / "lesson.py"), default_timeout=60)
+def test_deep_link_opens_a_step(new_app):
+    at = new_app("views/lesson.py", timeout=60)
     at.query_params["step"] = "6"
     at.run()
     assert not at.exception and at.session_state["lesson_step"] == 6
-    fresh = AppTest.from_file(str(ROOT / "views" / "lesson.py"), default_timeout=60)  # a bad value is ignored
+    fresh = new_app("views/lesson.py", timeout=60)  # a bad value is ignored
     fresh.query_params["step"] = "zz"
     fresh.run()
     assert not fresh.exception and fresh.session_state["lesson_step"] == 1

@@ -124,16 +124,13 @@ def test_tampered_or_truncated_checkpoint_is_refused(tmp_path, damage):
             load_target(str(folder))
 
 
-def test_app_refuses_bad_model_and_keeps_the_previous_one(tmp_path, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
+def test_app_refuses_bad_model_and_keeps_the_previous_one(tmp_path, monkeypatch, new_app):
     good = _copy_default(tmp_path / "good")
     bad = _copy_default(tmp_path / "bad")
     w = bad / "model.safetensors"
     w.write_bytes(w.read_bytes()[:1000])
     monkeypatch.setenv("SPECVIZ_ALLOWED_DIRS", str(tmp_path))
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    at.query_params["max_new"] = "4"
+    at = new_app(max_new="4")
     at.run()
     at.switch_page("views/decode.py").run()
     assert not at.exception

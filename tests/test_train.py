@@ -3,32 +3,25 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _tiny import tiny_target  # noqa: E402
-
-from specviz import SpecVizError  # noqa: E402
-from specviz.heads import load_head  # noqa: E402
-from specviz.train.data import GenConfig, SeqData, generate_batch, iter_sharegpt, save_shard  # noqa: E402
-from specviz.train.trainers import TrainConfig, train  # noqa: E402
+from specviz import SpecVizError
+from specviz.heads import load_head
+from specviz.train.data import GenConfig, SeqData, generate_batch, iter_sharegpt, save_shard
+from specviz.train.trainers import TrainConfig, train
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from _tiny import tiny_data
-
+def tiny(tmp_path_factory, tiny_target, tiny_data):
     folder = tmp_path_factory.mktemp("data")
     model = tiny_target()
     tiny_data(folder, model, n_train=16, n_held=8, new=12)
     return model, folder
 
 
-def test_batched_generation_matches_single_rows():
+def test_batched_generation_matches_single_rows(tiny_target):
     """Left-padded batched greedy decoding == decoding each prompt alone (taps and labels too)."""
     model = tiny_target(seed=3)
     taps = tuple(model.cfg.eagle3_layers()) + ("final",)
@@ -45,7 +38,7 @@ def test_batched_generation_matches_single_rows():
         assert s["feats"]["final"].shape[0] == len(s["tokens"]) - 1
 
 
-def test_prefill_model_hands_its_cache_to_the_decoder():
+def test_prefill_model_hands_its_cache_to_the_decoder(tiny_target):
     """A separate prefill model (data --prefill-dtype) gives the same rows as prefilling in place:
     exactly with a same-precision twin (so the K/V copy, positions and padding are right), and up to
     bf16 rounding with a bf16 twin (sampled rows too: the draws come from the same generator)."""
@@ -67,7 +60,7 @@ def test_prefill_model_hands_its_cache_to_the_decoder():
         assert not torch.equal(c["feats"][2], a["feats"][2])  # the bf16 twin did compute the context
 
 
-def test_shards_round_trip(tmp_path):
+def test_shards_round_trip(tmp_path, tiny_target):
     model = tiny_target()
     taps = tuple(model.cfg.eagle3_layers()) + ("final",)
     g = torch.Generator().manual_seed(0)
@@ -292,7 +285,7 @@ def _regen_and_scored(model, n=3):
     return taps, regen, score_batch(model, items, taps, topk=4)
 
 
-def test_scored_shards_have_the_regenerated_layout(tmp_path):
+def test_scored_shards_have_the_regenerated_layout(tmp_path, tiny_target):
     from safetensors import safe_open
 
     model = tiny_target(seed=3)
@@ -312,7 +305,7 @@ def test_scored_shards_have_the_regenerated_layout(tmp_path):
     assert len(data) == 6 and data.n_response() == 2 * sum(len(s["topk_ids"]) for s in regen)
 
 
-def test_scored_labels_are_the_targets_own_distribution():
+def test_scored_labels_are_the_targets_own_distribution(tiny_target):
     """Scoring the target's own greedy answer gives back the labels it had while writing it, and each
     scored row equals a lone forward of that sequence (so right padding leaks nothing)."""
     model = tiny_target(seed=3)
@@ -395,7 +388,7 @@ def test_follow_trains_on_shards_written_after_the_start(tiny, tmp_path):
     assert info["train_sequences"] == len(SeqData(data, "train")), info.keys()
 
 
-def test_resample_writes_new_sampled_answers_and_leaves_the_heldout_split_alone(tmp_path, monkeypatch):
+def test_resample_writes_new_sampled_answers_and_leaves_the_heldout_split_alone(tmp_path, monkeypatch, tiny_target):
     """`train data --resample 1`: the same train contexts, every row sampled at --temperature with other
     seeds (so other answers), and the held-out shards bit for bit those of the first run."""
     import gzip
@@ -471,7 +464,7 @@ def test_online_batch_gives_the_cached_states_and_labels(tiny):
     assert torch.allclose(online.lab_p[v], cached.lab_p[v], rtol=0.01, atol=1e-3)  # the shards keep fp16 log-probabilities
 
 
-def test_token_only_data_trains_with_states_recomputed(tmp_path):
+def test_token_only_data_trains_with_states_recomputed(tmp_path, tiny_target):
     model = tiny_target()
     cfg = GenConfig(max_new_tokens=12, batch=8, topk=8, tokens_only=True)
     g = torch.Generator().manual_seed(0)

@@ -19,9 +19,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = str(ROOT / "app.py")
 PAGES = sorted(p.name for p in (ROOT / "views").glob("*.py"))
-TIMEOUT = 300
 
 ALLOW = {
     # methods, models, papers, benchmarks, hardware
@@ -116,9 +114,9 @@ def english_left(at: AppTest) -> list[tuple[str, str, list[str]]]:
     return [(k, t[:160], w) for k, t in visible_text(at) if (w := english_words(t))]
 
 
-def open_zh(page: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.query_params["lang"] = "zh"
+def open_zh(new_app, page: str) -> AppTest:
+    """`page` of the app in Chinese; `new_app`: conftest's fixture."""
+    at = new_app(lang="zh")
     at.run()
     if page != "home.py":
         at.switch_page(f"views/{page}").run()
@@ -143,8 +141,8 @@ PENDING: dict = {}  # e.g. {re.compile(r"cpu \(\d+ threads\)"): "specviz/app/mod
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_page_has_no_english_in_zh(page):
-    at = open_zh(page)
+def test_page_has_no_english_in_zh(page, new_app):
+    at = open_zh(new_app, page)
     left = english_left(at)
     pending = {why for _, text, _ in left for pat, why in PENDING.items() if pat.search(text)}
     other = [x for x in left if not any(pat.search(x[1]) for pat in PENDING)]
@@ -153,12 +151,12 @@ def test_page_has_no_english_in_zh(page):
         pytest.xfail(f"{page}: only English still written inline elsewhere: {sorted(pending)}")
 
 
-def test_detector_catches_english(monkeypatch):
+def test_detector_catches_english(monkeypatch, new_app):
     """Replace one Chinese string by its English and the page check must fail."""
     from specviz import i18n
 
     en, _ = i18n.S["free.repeats"]
     monkeypatch.setitem(i18n.S, "free.repeats", (en, en))
-    at = open_zh("free.py")
+    at = open_zh(new_app, "free.py")
     left = english_left(at)
     assert any(en[:40] in text for _, text, _ in left), left
