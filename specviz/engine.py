@@ -200,7 +200,10 @@ class SpeculativeDecoder:
         self.generated.extend(committed)
         if len(self.generated) >= self.max_new_tokens:
             self.done = True
-        trace = self._trace(tree, L, target_rows, res, committed, t_start, t_draft, t_verify, rng_state, positions, rows)
+        trace = self._trace(tree, res, committed, L=L, target_rows=target_rows, times=(t_start, t_draft, t_verify),
+                            rng_state=rng_state, positions=positions, rows=rows)
+        if self.detail:  # a detailed round is for people: its tokens as text (trace.render_texts)
+            trace.render_texts(self.tok.token_text)
         self.traces.append(trace)
         return trace
 
@@ -260,12 +263,13 @@ class SpeculativeDecoder:
         """`_top` of every row of a [N, V] matrix with one topk (one call per node cost ~4% of a
         classroom server's CPU); each row's entries equal a one-row call's."""
         v, i = torch.topk(dists.float(), min(TOP_N, dists.shape[-1]), dim=-1)
-        text = self.tok.token_text
-        return [[[t, text(t), x] for t, x in zip(ti, vi) if x > 0] for ti, vi in zip(i.tolist(), v.tolist())]
+        return [[[t, "", x] for t, x in zip(ti, vi) if x > 0] for ti, vi in zip(i.tolist(), v.tolist())]
 
-    def _trace(self, tree: DraftTree, L, target_rows: TargetRows, res, committed, t_start, t_draft, t_verify, rng_state,
+    def _trace(self, tree: DraftTree, res, committed, *, L: int, target_rows: TargetRows, times: tuple, rng_state,
                positions, rows) -> RoundTrace:
-        text = self.tok.token_text if self.detail else (lambda t: "")
+        """The round as a plain record: token ids and probabilities (texts empty: `step` renders them
+        for a detailed round). `times`: (start, drafted, verified) perf-counter readings."""
+        t_start, t_draft, t_verify = times
         accepted = set(res.accepted)
         tried = {s.node for s in res.steps}
         depths, ranks, parents, tokens = tree.depths, tree.ranks, tree.parents, tree.tokens
@@ -307,7 +311,7 @@ class SpeculativeDecoder:
                     parent=parents[i],
                     depth=depths[i],
                     token=tokens[i],
-                    text=text(tokens[i]),
+                    text="",
                     q=None if i == 0 else float(tree.q[i]),
                     p=p_tok[i],
                     score=float(tree.scores[i]),
@@ -319,7 +323,7 @@ class SpeculativeDecoder:
                     next_p_raw_top=raw_tops[i],
                 )
             )
-        steps = [replace(s, text=text(s.token), residual_top=self._top(res.residuals.get(s.node))) for s in res.steps]
+        steps = [replace(s, text="", residual_top=self._top(res.residuals.get(s.node))) for s in res.steps]
         mask = [[int(b) for b in row] for row in rows] if self.detail else []
         source = res.extra_source
         return RoundTrace(
@@ -334,11 +338,11 @@ class SpeculativeDecoder:
             steps=steps,
             accepted_nodes=list(res.accepted),
             extra_token=int(res.extra_token),
-            extra_text=text(res.extra_token),
+            extra_text="",
             extra_source=source,
             extra_top=self._top(res.extra_dist),
             committed=list(committed),
-            committed_text=[text(t) for t in committed],
+            committed_text=[""] * len(committed),
             draft_time_s=t_draft - t_start,
             verify_time_s=t_verify - t_draft,
             total_time_s=time.perf_counter() - t_start,

@@ -188,6 +188,11 @@ class TargetModel:
         self._layer_array = (ctypes.c_void_p * len(self.blocks))(*[ctypes.addressof(lb.args) for lb in self.blocks])
 
     # ------------------------------------------------------------------ helpers
+    @property
+    def pooled_caches(self) -> bool:
+        """Whether batch-1 caches come from the CUDA-graph pool (shared storage: not to be deep-copied)."""
+        return self._cache_pool is not None
+
     def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
         """An empty KV cache; on CUDA with graphs, pooled storage whose captured graphs are reused."""
         if self._cache_pool is not None and batch == 1:

@@ -84,6 +84,21 @@ class RoundTrace:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False)
 
+    def render_texts(self, token_text) -> "RoundTrace":
+        """Fill every token's text with `token_text(id)` (the engine records ids and probabilities
+        only; texts are a tokenizer's business). In place; returns the trace."""
+        def tops(lst):
+            return [[t, token_text(t), x] for t, _, x in lst]
+
+        for n in self.nodes:
+            n.text = token_text(n.token)
+            n.next_q_top, n.next_p_top, n.next_p_raw_top = tops(n.next_q_top), tops(n.next_p_top), tops(n.next_p_raw_top)
+        for s in self.steps:
+            s.text, s.residual_top = token_text(s.token), tops(s.residual_top)
+        self.extra_text, self.extra_top = token_text(self.extra_token), tops(self.extra_top)
+        self.committed_text = [token_text(t) for t in self.committed]
+        return self
+
     @classmethod
     def from_dict(cls, d: dict) -> "RoundTrace":
         d = dict(d)

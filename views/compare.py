@@ -14,12 +14,12 @@ from specviz import measured
 from specviz import methods as registry
 from specviz.app.gate import heavy_work
 from specviz.app.measure import measure_forward
-from specviz.app.methods import EAGLE, APP_METHODS, make_drafter, method_label, method_status, status_note
+from specviz.app.methods import EAGLE, APP_METHODS, method_label, method_status, status_note
 from specviz.app.model import device_name, get_target
-from specviz.app.prompts import current_prompt, prompt_box, prompt_ids
-from specviz.app.session import TIMED_REPEATS, run_alternating
+from specviz.app.prompts import current_prompt, prompt_box
+from specviz.app.session import TIMED_REPEATS, first_round, run_alternating
 from specviz.app.sidebar import page_setup
-from specviz.app.state import lang, sampling_params, settings, tr
+from specviz.app.state import lang, settings, tr
 from specviz.machine import interpolate
 from specviz.viz import accept_length_hist, acceptance_by_depth, depth_acceptance_figure, round_time_figure, tree_figure
 from specviz.viz.compare import (
@@ -149,8 +149,6 @@ with tab_speed:
         todo = ["vanilla"] + [m for m in chosen if m != "vanilla"]
         bar = st.progress(0.0)
         try:
-            from specviz.engine import SpeculativeDecoder
-
             tuned_here = (measured.cached_costs(target.model) or {}) if trees == "tuned" else {}
             for m in todo:  # a tree tuned for this machine is measured once, before any timing
                 if trees == "tuned" and registry.get(m).tunable and f"pick.{m}.sampled" not in tuned_here:
@@ -163,10 +161,7 @@ with tab_speed:
             for m in todo:
                 res = runs[m][0]
                 # one detailed round for the picture (the timed runs above keep detail off)
-                with heavy_work():
-                    dec = SpeculativeDecoder(target, make_drafter(m, target, s), sampling_params(s), seed=int(s["seed"]))
-                    dec.start(prompt_ids(target, text), int(s["max_new"]))
-                    first[m] = dec.step()
+                first[m] = first_round(target, s, text, m)
                 lengths[m] = [tc.accept_length for tc in res.traces]
                 draft_ms[m] = 1000 * sum(tc.draft_time_s for tc in res.traces) / max(1, res.rounds)
                 depth[m] = acceptance_by_depth(res.traces)

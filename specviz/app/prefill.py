@@ -10,7 +10,7 @@ session's own, while the read-only weights (every `torch.nn.Module` and `TargetM
 target and its tokenizer) stay shared. The copy then takes the session's own sampling settings and seed.
 A copy is byte-for-byte the decoder a fresh start gives (tests/test_app.py checks every method).
 
-Only where KV caches are plain tensors (`model._cache_pool` is None: the CPU path; CUDA graphs
+Only where KV caches are plain tensors (not `model.pooled_caches`: the CPU path; CUDA graphs
 pool their caches) - elsewhere a Start prefills as before.
 """
 
@@ -35,7 +35,7 @@ _LOCK = threading.Lock()
 
 
 def shareable(target) -> bool:
-    return getattr(target.model, "_cache_pool", None) is None
+    return not target.model.pooled_caches
 
 
 def _shared_objects(dec: SpeculativeDecoder) -> dict:

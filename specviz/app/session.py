@@ -106,6 +106,14 @@ def run_generation(target, s: dict, prompt: str, method: str, progress=None):
     return res
 
 
+def first_round(target, s: dict, prompt: str, method: str):
+    """The first round of `method` on `prompt`, detailed (texts, top lists): for a picture."""
+    with heavy_work():
+        dec = SpeculativeDecoder(target, make_drafter(method, target, s), sampling_params(s), seed=int(s["seed"]))
+        dec.start(prompt_ids(target, prompt), int(s["max_new"]))
+        return dec.step()
+
+
 TIMED_REPEATS = 3  # each method's timed run, taken this many times in turns with the others
 
 
