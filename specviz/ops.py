@@ -17,6 +17,13 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, fused: bool = True) -
     return w * xf.to(dtype)
 
 
+def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary cos/sin [B, 1, T, head_dim] for positions [B, T], computed in fp32 like Hugging Face."""
+    freqs = positions[..., None].float() * inv_freq.to(positions.device)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)

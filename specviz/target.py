@@ -20,7 +20,7 @@ from . import SpecVizError, cudagraph, qkernel
 from .blockweights import LayerBlocks, attach_blocks, quantize_q8_0
 from .config import ModelConfig, rope_inv_freq
 from .loading import DEFAULT_MODEL, default_device, default_dtype, default_gguf_path, load_checkpoint
-from .ops import keep_entries, rms_norm, rotate_half
+from .ops import keep_entries, rms_norm, rope_cos_sin, rotate_half
 from .tokenizer import ChatTokenizer
 
 
@@ -201,9 +201,7 @@ class TargetModel:
 
     def rope(self, positions: torch.Tensor):
         """cos/sin for positions [B, T], computed in fp32 like Hugging Face."""
-        freqs = positions[..., None].float() * self.inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(self.dtype)[:, None], emb.sin().to(self.dtype)[:, None]
+        return rope_cos_sin(positions, self.inv_freq, self.dtype)
 
     def _mask(self, cache: KVCache, B: int, T: int, tree_mask):
         """Attention mask over [committed context | new block]; None means 'attend to all'."""

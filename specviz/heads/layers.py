@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from .. import qkernel
 from ..blockweights import MAX_BLOCK_ROWS, BlockWeight, quantize_q8_0
-from ..ops import keep_entries, rms_norm, rotate_half
+from ..ops import keep_entries, rms_norm, rope_cos_sin, rotate_half
 
 
 class FusedLinears:
@@ -121,9 +121,7 @@ class Rotary(nn.Module):
 
     def forward(self, positions: torch.Tensor, dtype):
         """cos/sin [B, 1, T, hd] for positions [B, T]."""
-        freqs = positions[..., None].float() * self.inv_freq.to(positions.device)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
+        return rope_cos_sin(positions, self.inv_freq, dtype)
 
 
 class Attention(nn.Module):
