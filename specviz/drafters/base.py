@@ -50,18 +50,25 @@ class Drafter:
     def restore(self, snap) -> None:
         """Return to the state of `snapshot()`."""
 
+    _shape: TreeShape | None = None  # a tree drafter sets its shape in __init__ (then reshape keeps its kind)
+    _sampled: TreeShape | None = None
+
     @property
     def shape(self) -> TreeShape | None:
         """The tree this drafter drafts (None: no tunable tree)."""
-        return None
+        return self._shape
 
     @property
     def sampled_shape(self) -> TreeShape | None:
-        return None
+        return self._sampled
 
     def reshape(self, shape: TreeShape, sampled: TreeShape | None = None) -> None:
-        """Draft `shape` from now on (and `sampled` at T > 0, when given)."""
-        raise SpecVizError(f"{self.name} drafts no tree whose shape can be changed.")
+        """Draft `shape` from now on (and `sampled` at T > 0, when given); the tree's kind stays."""
+        if self._shape is None:
+            raise SpecVizError(f"{self.name} drafts no tree whose shape can be changed.")
+        if shape.kind != self._shape.kind or (sampled is not None and sampled.kind != shape.kind):
+            raise ValueError(f"{self.name} drafts a {self._shape.kind} tree, not a {shape.kind} one.")
+        self._shape, self._sampled = shape, sampled
 
     def shape_at(self, params: SamplingParams) -> TreeShape | None:
         """The shape drafted at these sampling settings."""

@@ -70,19 +70,6 @@ class EagleDrafter(Drafter):
         self.window = window
         self.base = 0  # the first context token the head's cache holds
 
-    @property
-    def shape(self) -> TreeShape:
-        return self._shape
-
-    @property
-    def sampled_shape(self) -> TreeShape | None:
-        return self._sampled
-
-    def reshape(self, shape: TreeShape, sampled: TreeShape | None = None) -> None:
-        if shape.kind != self._shape.kind or (sampled is not None and sampled.kind != shape.kind):
-            raise ValueError(f"{self.name} drafts a {self._shape.kind} tree, not a {shape.kind} one.")
-        self._shape, self._sampled = shape, sampled
-
     # ------------------------------------------------------------------ state
     def _features(self, taps: dict) -> torch.Tensor:
         """[n, H] head-level features from the target taps of n processed tokens."""

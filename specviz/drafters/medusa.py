@@ -36,19 +36,6 @@ class MedusaDrafter(Drafter):
         self._sampled = None  # the tree drafted at T > 0, when the tuner timed one there
         self.last = None
 
-    @property
-    def shape(self) -> TreeShape:
-        return self._shape
-
-    @property
-    def sampled_shape(self) -> TreeShape | None:
-        return self._sampled
-
-    def reshape(self, shape: TreeShape, sampled: TreeShape | None = None) -> None:
-        if shape.kind != "static" or (sampled is not None and sampled.kind != "static"):
-            raise ValueError("Medusa drafts a static tree.")
-        self._shape, self._sampled = shape, sampled
-
     def reset(self, context, taps):
         self.last = taps["final"][-1] if context else None
 
