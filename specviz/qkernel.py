@@ -95,6 +95,9 @@ def library(native: bool = True):
             lib.layers_forward.restype = None
             lib.head_layer_forward.argtypes = [ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, ptr, ctypes.c_int]
             lib.head_layer_forward.restype = None
+            lib.draft_level.argtypes = [ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ctypes.c_char_p, ptr, ptr, i64,
+                                        ptr, i64, ctypes.c_float, ptr, i64, ptr, ptr, ptr, ctypes.c_int]
+            lib.draft_level.restype = None
             lib.sort_rows_f32.argtypes = [ptr, ptr, i64, i64, ctypes.c_int]
             lib.sort_rows_f32.restype = None
         except Exception as e:  # no compiler, read-only cache, ...: fall back to dense weights
@@ -118,6 +121,14 @@ class LayerArgs(ctypes.Structure):
                 ("attn_norm", ctypes.c_void_p), ("mlp_norm", ctypes.c_void_p), ("eps", ctypes.c_double),
                 ("n_heads", ctypes.c_int64), ("n_kv", ctypes.c_int64), ("head_dim", ctypes.c_int64),
                 ("inter", ctypes.c_int64)]
+
+
+class DraftArgs(ctypes.Structure):
+    """Mirror of `struct DraftArgs` in blockmm.cpp: a draft head and the target weights it borrows."""
+
+    _fields_ = [("layer", LayerArgs), ("embed", ctypes.c_void_p), ("eagle3", ctypes.c_int64), ("fc", Mat),
+                ("fc_bias", ctypes.c_void_p), ("input_norm", ctypes.c_void_p), ("hidden_norm", ctypes.c_void_p),
+                ("final_norm", ctypes.c_void_p), ("lm", Mat), ("lm_ids", ctypes.c_void_p)]
 
 
 def loaded():

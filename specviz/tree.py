@@ -69,9 +69,39 @@ class RowsOf(Mapping):
         return len(self._where)
 
 
+class RankedRows:
+    """Draft distributions (a tensor [n, V] or `VocabRows`) with each row's largest entries already
+    found, values and target ids [n, k] (the drafting kernel finds them while the row is in cache)."""
+
+    def __init__(self, rows, top_v: torch.Tensor, top_i: torch.Tensor):
+        self.rows, self.top_v, self.top_i = rows, top_v, top_i
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, r: int) -> torch.Tensor:
+        return self.rows[r]
+
+    def topk(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if k <= self.top_v.shape[1]:
+            return self.top_v[:, :k], self.top_i[:, :k]
+        return top_of(self.rows, k)
+
+    @classmethod
+    def gather(cls, parts: list[tuple["RankedRows", int]]) -> "RankedRows":
+        """The rows (part, row) one under the other."""
+        first = parts[0][0].rows
+        if isinstance(first, VocabRows):
+            rows = VocabRows(torch.stack([p.rows.probs[r] for p, r in parts]), first.ids, first.vocab)
+        else:
+            rows = torch.stack([p.rows[r] for p, r in parts])
+        k = min(p.top_v.shape[1] for p, _ in parts)
+        return cls(rows, torch.stack([p.top_v[r, :k] for p, r in parts]), torch.stack([p.top_i[r, :k] for p, r in parts]))
+
+
 def top_of(dists, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """torch.topk over each row of a drafter's distributions (a tensor, or `VocabRows`)."""
-    if isinstance(dists, VocabRows):
+    """torch.topk over each row of a drafter's distributions (a tensor, `VocabRows` or `RankedRows`)."""
+    if isinstance(dists, (VocabRows, RankedRows)):
         return dists.topk(k)
     return torch.topk(torch.as_tensor(dists), k, dim=-1)
 
@@ -265,11 +295,13 @@ def build_static_tree(root: int, rank_paths, expand) -> DraftTree:
         now = [(k, p, r) for k, (p, r) in enumerate(shape, start=1) if depth[k] == level + 1]
         parents = sorted({p for _, p, _ in now})
         dists = expand(tree, parents)
+        row_of = {p: row for row, p in enumerate(parents)}
         for row, p in enumerate(parents):
             tree.dists[p] = dists[row]
+        top_v, top_i = top_of(dists, 1 + max(rank for _, _, rank in now))  # one top-k for the level
+        top_v, top_i = top_v.tolist(), top_i.tolist()
         for k, p, rank in now:  # k == len(tree): shape is ordered by depth
-            top = torch.topk(tree.dists[p], rank + 1)
-            tree = _append(tree, p, int(top.indices[rank]), float(top.values[rank]))
+            tree = _append(tree, p, int(top_i[row_of[p]][rank]), float(top_v[row_of[p]][rank]))
     return tree
 
 

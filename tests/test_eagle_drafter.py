@@ -209,3 +209,43 @@ def test_tuned_eagle_trees_draw_their_drafts_at_t_above_zero(target, monkeypatch
     greedy = SpeculativeDecoder(target, methods.make_drafter("eagle3", target), seed=0, detail=False)
     assert greedy.generate("Name three colours.", max_new_tokens=12).tokens == \
         vanilla_generate(target, "Name three colours.", max_new_tokens=12).tokens
+
+
+@pytest.mark.parametrize("method,temperature", [("eagle3", 0.0), ("eagle3", 1.0), ("eagle2", 0.0), ("eagle1", 0.0)])
+def test_drafting_in_the_kernel_proposes_the_torch_paths_trees(method, temperature, target):
+    """The shipped heads drafting each tree level in one kernel call (heads.draft_kernel) propose the
+    torch path's trees, round after round, from the same state: the same tokens and parents, the
+    same q to float rounding (the kernel's norms and softmax sum in another order)."""
+    from specviz.methods import make_drafter
+
+    drafter = make_drafter(method, target, tree_size="paper")
+    kernel = drafter.head.draft_kernel
+    if kernel is None:
+        pytest.skip("no compiled kernel here")
+    propose, rounds = drafter.propose, []
+
+    def both(context, root, params, generator):
+        snap, rng = drafter.snapshot(), generator.get_state()
+        drafter.head.draft_kernel = None
+        try:
+            torch_tree = propose(context, root, params, generator)
+        finally:
+            drafter.head.draft_kernel = kernel
+        drafter.restore(snap)
+        generator.set_state(rng)
+        tree = propose(context, root, params, generator)
+        rounds.append((torch_tree, tree))
+        return tree
+
+    drafter.propose = both
+    dec = SpeculativeDecoder(target, drafter, SamplingParams(temperature=temperature), seed=3)
+    for prompt in ("Write a haiku about the sea.", "What is 17 times 23? Explain."):
+        dec.start(prompt, max_new_tokens=24)
+        while not dec.done:
+            dec.step()
+    assert len(rounds) >= 10 and sum(len(b) > 1 for _, b in rounds) >= 5  # real trees were drafted
+    for a, b in rounds:
+        assert (a.tokens, a.parents) == (b.tokens, b.parents)
+        assert max(abs(x - y) for x, y in zip(a.q, b.q)) < 1e-4
+        for node in a.dists:
+            assert float((a.dists[node] - b.dists[node]).abs().max()) < 1e-4

@@ -235,3 +235,84 @@ def test_kernel_layer_drafts_like_the_torch_layer(method, tiny_target):
         other = head.forward_cached(t([[10, 11]]), feats(2, 3), t([[5, 5]]), c2, block=torch.ones(2, 5, dtype=torch.bool),
                                     first=False, offset=3)
     assert not torch.allclose(other, got[2], atol=1e-4)
+
+
+def _float64_twin(head, lm_blocks=None):
+    """A float64 copy of a drafting head whose weights are the Q8_0-rounded ones the kernel reads,
+    computing with torch's plain ops (its dense path): the reference for `DraftKernel`."""
+    from specviz.blockweights import quantize_q8_0
+
+    twin = type(head)(head.config)
+    twin.load_state_dict(head.state_dict())
+    with torch.no_grad():
+        for name, mod in twin.named_modules():
+            if isinstance(mod, torch.nn.Linear) and (name != "fc" or head.method == "eagle1"):
+                mod.weight.copy_(quantize_q8_0(mod.weight).dequantize())  # (EAGLE-3's fc fuses taps outside a level)
+    twin = twin.double()
+    embed = head._embed.double()
+    lm = None if lm_blocks is None else lm_blocks.dequantize().double()
+    return twin.bind(embed, lm, None)
+
+
+@pytest.mark.parametrize("method", ["eagle1", "eagle3"])
+def test_draft_kernel_level_matches_a_float64_reference(method, tiny_target):
+    """One tree level in one kernel call (`DraftKernel.level`: the head's input, its layer over the
+    committed cache plus earlier uncommitted tree entries under a mask, the final norm, the LM head,
+    softmax at a temperature, top-k) against the same head in float64 torch on the same rounded
+    weights: a commit pass of 4 entries, then a level of 2 entries that each see one of 3 earlier
+    tree entries. A wrong mask, norm, rotary row, residual or softmax fails it."""
+    from specviz import qkernel
+    from specviz.blockweights import quantize_q8_0, speed_up_linears
+
+    if qkernel.library() is None:
+        pytest.skip(f"no kernel: {qkernel.error()}")
+    target = tiny_target()
+    cfg = target.cfg
+    head = _e3(cfg) if method == "eagle3" else _randomize(Eagle1Head(head_config_from_target(cfg)))
+    lm_blocks = None if method == "eagle3" else quantize_q8_0(target.embed)
+    head.bind(target.embed, None, lm_blocks)
+    speed_up_linears(head)
+    head.fuse_for_drafting()
+    kernel = head.draft_kernel
+    assert kernel is not None
+    ref_head = _float64_twin(head, lm_blocks)
+    H, t = cfg.hidden_size, torch.tensor
+    feats = torch.randn(6, H, generator=torch.Generator().manual_seed(5))
+    cache = HeadCache(1, head.m.n_kv_heads, 64, head.m.head_dim, torch.float32, "cpu")
+    ref_cache = HeadCache(1, head.m.n_kv_heads, 64, head.m.head_dim, torch.float64, "cpu")
+    row = lambda j: feats[j].data_ptr()  # noqa: E731
+    temperature, k = 0.7, 5
+
+    def ref_probs(out):
+        logits = ref_head.logits(out) if method == "eagle3" else out @ ref_head._lm_head.T
+        return (logits / temperature).softmax(-1)
+
+    with torch.no_grad():
+        # a commit pass: 4 entries, causal; the distribution of the last one only
+        out, probs, top_v, top_i = kernel.level([3, 4, 5, 6], [row(j) for j in range(4)], [0, 1, 2, 3], cache, 0, None,
+                                                1, temperature, k)
+        cache.commit([0, 1, 2, 3])
+        ref = ref_head.forward_cached(t([[3, 4, 5, 6]]), feats[:4].double()[None], t([[0, 1, 2, 3]]), ref_cache)[0]
+        ref_cache.commit([0, 1, 2, 3])
+        torch.testing.assert_close(out.double(), ref, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(probs.double(), ref_probs(ref[-1:]), atol=1e-5, rtol=1e-4)
+        # a first level (3 entries seeing the committed ones and themselves), then a second level of 2
+        # entries after them, each seeing one of the 3 (offset 3)
+        lvl1 = kernel.level([7, 8, 9], [out[3].data_ptr()] * 3, [4, 4, 4], cache, 0, bytes([1, 0, 0, 0, 1, 0, 0, 0, 1]),
+                            3, temperature, k)
+        ref1 = ref_head.forward_cached(t([[7, 8, 9]]), ref[3:4].expand(3, -1)[None], t([[4, 4, 4]]), ref_cache,
+                                       block=torch.eye(3, dtype=torch.bool), first=False)[0]
+        mask = t([[1, 0, 0, 1, 0], [0, 0, 1, 0, 1]], dtype=torch.bool)
+        lvl2 = kernel.level([10, 11], [lvl1[0][0].data_ptr(), lvl1[0][2].data_ptr()], [5, 5], cache, 3,
+                            bytes(mask.flatten().to(torch.uint8).tolist()), 2, temperature, k)
+        ref2 = ref_head.forward_cached(t([[10, 11]]), ref1[[0, 2]][None], t([[5, 5]]), ref_cache, block=mask,
+                                       first=False, offset=3)[0]
+    for (out, probs, top_v, top_i), ref in ((lvl1, ref1), (lvl2, ref2)):
+        torch.testing.assert_close(out.double(), ref, atol=1e-4, rtol=1e-4)
+        p = ref_probs(ref)
+        torch.testing.assert_close(probs.double(), p, atol=1e-5, rtol=1e-4)
+        want_v, want_i = p.topk(k, dim=-1)
+        torch.testing.assert_close(top_v.double(), want_v, atol=1e-5, rtol=1e-4)
+        ids = head.target_ids()[want_i] if method == "eagle3" else want_i
+        assert torch.equal(top_i, ids)
+    torch.testing.assert_close(cache.k[:, :, :9].double(), ref_cache.k[:, :, :9], atol=1e-4, rtol=1e-4)

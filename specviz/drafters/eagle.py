@@ -25,7 +25,7 @@ from ..heads.eagle import Eagle3Head
 from ..heads.io import load_head, shipped_head_dir
 from ..heads.layers import HeadCache
 from ..sampling import SamplingParams, warp_logits
-from ..tree import EAGLE1_TREE, DraftTree, VocabRows, build_dynamic_tree, build_sampled_tree, build_static_tree
+from ..tree import EAGLE1_TREE, DraftTree, RankedRows, VocabRows, build_dynamic_tree, build_sampled_tree, build_static_tree
 from .base import Drafter
 from .shape import TreeShape, sampled_shape_of
 
@@ -156,6 +156,9 @@ class EagleDrafter(Drafter):
         if n == 0:  # a one-token prompt: nothing to condition on
             return DraftTree(tokens=[int(root)], parents=[-1], q=[1.0])
         L = self.base + self.cache.length
+        kernel = self.head.draft_kernel
+        if kernel is not None and kernel.serves(params) and kernel.usable(n - L, self.cache):
+            return self._propose_in_kernel(kernel, root, params, generator)
         # 1. commit the entries built from real features: (feats[j], token j+1) for j in [L, n)
         root_out = self._commit_entries(self.tokens[L + 1 :] + [int(root)])[0, -1]
         # 2. grow the tree; node i's entry (hidden = parent's output, token i) at position n-1+depth
@@ -196,6 +199,61 @@ class EagleDrafter(Drafter):
         # shape was timed with them)
         top_k, draw = self._shape.top_k, self._shape.draw
         if draw == "sample" and not params.greedy:
+            return build_sampled_tree(int(root), expand, s.depth, top_k, s.total_tokens, generator, min_prob=s.min_prob)
+        return build_dynamic_tree(int(root), expand, s.depth, top_k, s.total_tokens, min_prob=s.min_prob)
+
+    def _propose_in_kernel(self, kernel, root, params, generator):
+        """`propose` with each tree level one kernel call (heads.draft_kernel): the same entries,
+        positions and masks as the torch path, the distributions' top-k found in the kernel."""
+        n, H = len(self.tokens), self.head.m.hidden_size
+        L = self.base + self.cache.length
+        temperature = 0.0 if params.greedy else float(params.temperature)
+        s = self.shape_at(params)
+        top_k = self._shape.top_k if s.kind == "dynamic" else 1 + max(max(p) for p in s.paths)
+        wrap = (lambda probs: VocabRows(probs, self.vocab_ids_cpu, self.model.cfg.vocab_size)) if self.is3 else None
+
+        def ranked(probs, top_v, top_i):
+            return RankedRows(wrap(probs) if wrap else probs, top_v, top_i)
+
+        # 1. commit the entries built from real features (feats[j], token j+1) for j in [L, n), and the root's
+        nxt = self.tokens[L + 1 :] + [int(root)]
+        T = len(nxt)
+        row0, size = self.feats.data_ptr() + (L - self.base) * H * 4, H * 4
+        out, *dist = kernel.level(nxt, [row0 + j * size for j in range(T)], list(range(L, L + T)), self.cache, 0, None,
+                                  1, temperature, top_k)
+        self.cache.commit(list(range(T)))
+        outs = {0: out[T - 1]}
+        where = {0: (ranked(*dist), 0)}  # node -> (its level's distributions, its row)
+        slot, order = {}, []
+
+        def expand(tree: DraftTree, nodes):
+            need = [i for i in nodes if i not in outs]
+            if need:
+                T, off, depths, parents = len(need), len(order), tree.depths, tree.parents
+                width = off + T
+                mask = bytearray(T * width)  # which earlier tree entries (and itself) each new entry sees
+                for r, i in enumerate(need):
+                    a = parents[i]
+                    while a > 0:
+                        mask[r * width + slot[a]] = 1
+                        a = parents[a]
+                    mask[r * width + off + r] = 1
+                o, *d = kernel.level([tree.tokens[i] for i in need], [outs[parents[i]].data_ptr() for i in need],
+                                     [n - 1 + depths[i] for i in need], self.cache, off, bytes(mask), T, temperature,
+                                     top_k)
+                level = ranked(*d)
+                for r, i in enumerate(need):
+                    outs[i], slot[i], where[i] = o[r], off + r, (level, r)
+                    order.append(i)
+            parts = [where[i] for i in nodes]
+            level = parts[0][0]
+            if len(level) == len(nodes) and all(p is level and r == j for j, (p, r) in enumerate(parts)):
+                return level
+            return RankedRows.gather(parts)
+
+        if s.kind == "static":
+            return build_static_tree(int(root), [list(p) for p in s.paths], expand)
+        if self._shape.draw == "sample" and not params.greedy:
             return build_sampled_tree(int(root), expand, s.depth, top_k, s.total_tokens, generator, min_prob=s.min_prob)
         return build_dynamic_tree(int(root), expand, s.depth, top_k, s.total_tokens, min_prob=s.min_prob)
 

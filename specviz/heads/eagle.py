@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from .. import cudagraph
 from ..blockweights import MAX_BLOCK_ROWS
 from ..config import ModelConfig, rope_inv_freq
+from .draft_kernel import DraftKernel
 from .layers import MLP, Attention, KernelLayer, RMSNorm, Rotary, block_mask
 
 
@@ -113,6 +114,7 @@ class EagleHeadBase(nn.Module):
         self._lm_blocks = None
         self.graphs: bool | None = None  # drafting passes as CUDA graphs: None = on CUDA devices
         self.kernel_layer: KernelLayer | None = None  # the layer as one kernel call (`fuse_for_drafting`)
+        self.draft_kernel: DraftKernel | None = None  # a whole tree level as one kernel call (`fuse_for_drafting`)
 
     @property
     def hidden_size(self):
@@ -126,6 +128,7 @@ class EagleHeadBase(nn.Module):
             self._fused_groups = sum(m.fuse_for_drafting() for m in self.modules() if isinstance(m, (Attention, MLP)))
             lay = self.decoder_layer()
             self.kernel_layer = KernelLayer.of(lay.self_attn, lay.mlp, lay.post_attention_layernorm, self.m)
+            self.draft_kernel = DraftKernel.of(self)
         return self._fused_groups
 
     def bind(self, embed: torch.Tensor, lm_head: torch.Tensor | None = None, lm_head_blocks=None):

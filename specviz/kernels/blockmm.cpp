@@ -881,6 +881,110 @@ void head_layer_forward(const LayerArgs* a, float* x, const float* attn_in, int6
     layer_impl(a, x, attn_in, T, L, offset, cos, sin, mask, kcache, vcache, max_len, work, threads);
 }
 
+// A draft head (EAGLE-1 or EAGLE-3) and the target weights it borrows, for draft_level.
+struct DraftArgs {
+    LayerArgs layer;           // the head's decoder layer (attn_norm unused: the input comes normed)
+    const float* embed;        // the target's embedding [vocab, H], fp32
+    int64_t eagle3;            // 1: EAGLE-3's input; 0: EAGLE-1's fc over cat(embedding, feature)
+    Mat fc;                    // EAGLE-1: [H, 2H]
+    const float* fc_bias;      // EAGLE-1: [H] or null
+    const float* input_norm;   // EAGLE-3: RMSNorm of the embedding
+    const float* hidden_norm;  // EAGLE-3: RMSNorm of the feature
+    const float* final_norm;   // EAGLE-3: RMSNorm before the LM head; null: none (EAGLE-1)
+    Mat lm;                    // the LM head [N, H]: EAGLE-3's draft vocabulary, or the target's own
+    const int64_t* lm_ids;     // target id of LM row r (EAGLE-3's draft vocabulary); null: r itself
+};
+
+namespace {
+
+// The k largest of p[0..n) in descending order (ties: the lower index first), ids mapped by `ids`.
+void top_k_row(const float* p, int64_t n, int64_t k, const int64_t* ids, float* vals, int64_t* idx) {
+    for (int64_t j = 0; j < k; ++j) { vals[j] = -INFINITY; idx[j] = 0; }
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = p[i];
+        if (!(v > vals[k - 1])) continue;
+        int64_t j = k - 1;
+        while (j > 0 && v > vals[j - 1]) { vals[j] = vals[j - 1]; idx[j] = idx[j - 1]; --j; }
+        vals[j] = v;
+        idx[j] = i;
+    }
+    for (int64_t j = 0; j < k; ++j) {
+        if (vals[j] == -INFINITY) vals[j] = 0.f;
+        idx[j] = ids ? ids[idx[j]] : idx[j];
+    }
+}
+
+// Row r: scores / temperature (unless it is 0 or 1), softmax in place, then its top k.
+void softmax_top(float* probs, int64_t R, int64_t N, float temperature, int64_t k, const int64_t* ids, float* top_v,
+                 int64_t* top_i, int threads) {
+#pragma omp parallel for num_threads(R > 1 ? threads : 1) schedule(static)
+    for (int64_t r = 0; r < R; ++r) {
+        float* p = probs + r * N;
+        if (temperature != 0.f && temperature != 1.f)
+            for (int64_t i = 0; i < N; ++i) p[i] = p[i] / temperature;
+        softmax_numerators(p, N, max_of(p, N));
+        double sum = 0.0;  // a draft distribution: the sum's order only moves q by an ulp
+        for (int64_t i = 0; i < N; ++i) sum += p[i];
+        const float inv = static_cast<float>(1.0 / sum);
+        for (int64_t i = 0; i < N; ++i) p[i] *= inv;
+        if (k > 0) top_k_row(p, N, k, ids, top_v + r * k, top_i + r * k);
+    }
+}
+
+}  // namespace
+
+// One level of a draft tree in one call: the head's input for T new entries (token t's target
+// embedding and the feature hidden_rows[t]), its decoder layer over the committed cache plus
+// `offset` uncommitted tree entries (mask as head_layer_forward), out [T, H] = the head's outputs,
+// and for the last R of them the draft distribution probs [R, N] (softmax of the LM head's logits,
+// divided by `temperature` unless 0 or 1) with its k largest entries top_v/top_i [R, k] (target ids).
+// positions[t] picks row positions[t] of the rotary tables cos_table/sin_table [*, head_dim].
+// Per tree level this replaces ~40 small torch ops and Python steps (norms, concatenations, rotary,
+// logits, softmax, top-k), which cost several times the level's multiply-adds on a CPU.
+// work: at least T * (layer work of head_layer_forward + 5 H + 2 head_dim) floats.
+void draft_level(const DraftArgs* a, const int64_t* tokens, const float* const* hidden_rows, const int64_t* positions,
+                 int64_t T, int64_t L, int64_t offset, const float* cos_table, const float* sin_table,
+                 const uint8_t* mask, float* kcache, float* vcache, int64_t max_len, float* out, int64_t R,
+                 float temperature, float* probs, int64_t k, float* top_v, int64_t* top_i, float* work, int threads) {
+    const LayerArgs& la = a->layer;
+    const int64_t H = la.wo.n, hd = la.head_dim, I = la.inter;
+    const int64_t W = (la.n_heads + 2 * la.n_kv) * hd;
+    const float eps = static_cast<float>(la.eps);
+    float* layer_work = work;
+    float* in = layer_work + T * (H + W + la.n_heads * hd + 3 * I);  // [T, 2H]: the attention's (or fc's) input
+    float* normed = in + T * 2 * H;                                 // [T, H]
+    float* cs = normed + T * H;                                     // [T, hd] cos, then [T, hd] sin
+    float* sn = cs + T * hd;
+    for (int64_t t = 0; t < T; ++t) {
+        std::memcpy(cs + t * hd, cos_table + positions[t] * hd, hd * sizeof(float));
+        std::memcpy(sn + t * hd, sin_table + positions[t] * hd, hd * sizeof(float));
+        const float* e = a->embed + tokens[t] * H;
+        if (a->eagle3) {  // attention input cat(norm(embedding), norm(feature)); residual = the feature
+            rms_norm_rows(e, a->input_norm, eps, 1, H, in + t * 2 * H);
+            rms_norm_rows(hidden_rows[t], a->hidden_norm, eps, 1, H, in + t * 2 * H + H);
+            std::memcpy(out + t * H, hidden_rows[t], H * sizeof(float));
+        } else {
+            std::memcpy(in + t * 2 * H, e, H * sizeof(float));
+            std::memcpy(in + t * 2 * H + H, hidden_rows[t], H * sizeof(float));
+        }
+    }
+    if (!a->eagle3) {  // x = fc(cat(embedding, feature)) (+ bias) is the residual and the attention's input
+        matmul(a->fc, in, T, out, threads);
+        if (a->fc_bias)
+            for (int64_t t = 0; t < T; ++t)
+                for (int64_t i = 0; i < H; ++i) out[t * H + i] += a->fc_bias[i];
+    }
+    layer_impl(&la, out, a->eagle3 ? in : out, T, L, offset, cs, sn, mask, kcache, vcache, max_len, layer_work, threads);
+    if (R <= 0) return;
+    const float* last = out + (T - R) * H;
+    if (a->final_norm) {
+        rms_norm_rows(last, a->final_norm, eps, R, H, normed);
+        last = normed;
+    }
+    matmul(a->lm, last, R, probs, threads);
+    softmax_top(probs, R, a->lm.n, temperature, k, a->lm_ids, top_v, top_i, threads);
+}
+
 // All n_layers decoder layers of one pass in one call: layer i's keys/values live at
 // kcache/vcache + i * layer_stride floats. taps[i] (when taps and taps[i] are not null) receives
 // a copy of x [T, H] as it enters layer i. One call instead of one per layer: a ctypes call hands

@@ -1,0 +1,127 @@
+"""A draft head's whole tree level as ONE call of the compiled kernel (`draft_level` in blockmm.cpp).
+
+Why: on a CPU, drafting an EAGLE tree level through torch ran ~40 small operations and Python
+steps (the input's norms and concatenation, rotary, the decoder layer, the LM head, softmax,
+top-k), each a dispatch of a few microseconds, and together they cost several times the level's
+multiply-adds: a sixth of an EAGLE-3 round. The kernel does the same arithmetic on the same Q8_0
+blocks the torch drafting path uses (`layers.KernelLayer`, `blockweights.speed_up_linears`), so
+the drafts are the torch path's up to float rounding in the norms and the softmax (a summation
+order): a draft probability may move by ~1e-7, which can change what is proposed, never what is
+accepted (the target decides).
+
+`DraftKernel.of(head)` returns None where the kernel cannot serve the head (no compiler, not fp32
+on the CPU, a layer with biases, EAGLE-1 without the target's LM head as blocks): the drafter then
+keeps the torch path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import torch
+
+from .. import qkernel
+from ..blockweights import MAX_BLOCK_ROWS, BlockWeight, quantize_q8_0
+from ..sampling import SamplingParams
+
+
+def _mat(b: BlockWeight | None) -> qkernel.Mat:
+    if b is None:
+        return qkernel.Mat()
+    return qkernel.Mat(0 if b.kind == "q4_1" else 1, b._ptrs[0], b._ptrs[1], b.n, b.k)
+
+
+def _ptr(t: torch.Tensor | None):
+    return None if t is None else t.data_ptr()
+
+
+class DraftKernel:
+    """The head's weights as the kernel reads them; `level` drafts one tree level."""
+
+    def __init__(self, head, lib):
+        self.lib, self.head = lib, head
+        m = head.m
+        self.H, self.hd = m.hidden_size, m.head_dim
+        lay = head.decoder_layer()
+        self.eagle3 = head.method == "eagle3"
+        f32 = lambda w: w.detach().float().contiguous()
+        self._embed = head._embed.contiguous()
+        if self.eagle3:
+            self._fc, self._bias = None, None
+            self._norms = (f32(lay.input_layernorm.weight), f32(lay.hidden_norm.weight), f32(head.norm.weight))
+            self._lm = quantize_q8_0(head.lm_head.weight)  # as speed_up_linears rounds it
+            self._ids = head.target_ids().cpu().contiguous()
+        else:
+            self._fc = quantize_q8_0(head.fc.weight)
+            self._bias = None if head.fc.bias is None else f32(head.fc.bias)
+            self._norms = (None, None, None)
+            self._lm, self._ids = head._lm_blocks, None
+        self.vocab_rows = self._lm.n
+        self.args = qkernel.DraftArgs(
+            head.kernel_layer.blocks.args, self._embed.data_ptr(), int(self.eagle3), _mat(self._fc), _ptr(self._bias),
+            _ptr(self._norms[0]), _ptr(self._norms[1]), _ptr(self._norms[2]), _mat(self._lm), _ptr(self._ids))
+        self.work_per_token = head.kernel_layer.work_per_token + 5 * self.H + 2 * self.hd
+        self._rope = (torch.empty(0, self.hd), torch.empty(0, self.hd))
+        self._rope_lock = threading.Lock()
+
+    @classmethod
+    def of(cls, head) -> "DraftKernel | None":
+        lib = qkernel.library()
+        if lib is None or head.kernel_layer is None or head._embed is None:
+            return None
+        p = next(head.parameters())
+        if p.device.type != "cpu" or p.dtype != torch.float32 or head._embed.dtype != torch.float32:
+            return None
+        if head._embed.device.type != "cpu":
+            return None
+        if head.method != "eagle3" and head._lm_blocks is None:
+            return None
+        if head.method == "eagle3" and head.lm_head.in_features % 32:
+            return None
+        return cls(head, lib)
+
+    @staticmethod
+    def serves(params: SamplingParams) -> bool:
+        """Greedy, or a temperature alone: the kernel divides by it; top-k / top-p warps stay in torch."""
+        return params.greedy or (not params.top_k and params.top_p >= 1.0)
+
+    def usable(self, T: int, cache) -> bool:
+        return (T <= MAX_BLOCK_ROWS and not torch.is_grad_enabled() and cache.k.device.type == "cpu"
+                and cache.k.dtype == torch.float32 and cache.k.shape[0] == 1 and cache.k.is_contiguous())
+
+    def rope(self, need: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotary cos/sin tables [P, head_dim] for positions 0..P-1 (P >= need), torch's own values."""
+        cos, sin = self._rope
+        if cos.shape[0] < need:
+            with self._rope_lock:
+                cos, sin = self._rope
+                if cos.shape[0] < need:
+                    P = max(need, 2 * cos.shape[0], 1024)
+                    c, s = self.head.rotary(torch.arange(P)[None], torch.float32)
+                    self._rope = cos, sin = c.reshape(P, self.hd).contiguous(), s.reshape(P, self.hd).contiguous()
+        return cos, sin
+
+    def level(self, tokens: list[int], hidden_ptrs: list[int], positions: list[int], cache, offset: int,
+              mask: bytes | None, rows: int, temperature: float, k: int):
+        """T = len(tokens) new head entries after the cache's committed ones and `offset` tree entries
+        (mask: T x (offset + T) bytes, which of those each sees; None: all, then causal), fed with the
+        feature rows at `hidden_ptrs` (fp32 [H] each). Returns (outputs [T, H], probs [rows, N] of the
+        last `rows` entries, their top-k values [rows, k] and target ids [rows, k])."""
+        T = len(tokens)
+        L = cache.length
+        if L + offset + T > cache.max_len:
+            cache.grow(L + offset + T)
+        cos, sin = self.rope(max(positions) + 1)
+        out = torch.empty(T, self.H)
+        probs = torch.empty(rows, self.vocab_rows)
+        top_v = torch.empty(rows, max(k, 1))
+        top_i = torch.empty(rows, max(k, 1), dtype=torch.long)
+        work = torch.empty(T * self.work_per_token)
+        i64s = ctypes.c_int64 * T
+        self.lib.draft_level(
+            ctypes.addressof(self.args), i64s(*tokens), (ctypes.c_void_p * T)(*hidden_ptrs), i64s(*positions), T, L,
+            offset, cos.data_ptr(), sin.data_ptr(), mask, cache.k.data_ptr(), cache.v.data_ptr(), cache.max_len,
+            out.data_ptr(), rows, float(temperature), probs.data_ptr(), k, top_v.data_ptr(), top_i.data_ptr(),
+            work.data_ptr(), torch.get_num_threads())
+        return out, probs, top_v, top_i
