@@ -249,3 +249,40 @@ def test_drafting_in_the_kernel_proposes_the_torch_paths_trees(method, temperatu
         assert max(abs(x - y) for x, y in zip(a.q, b.q)) < 1e-4
         for node in a.dists:
             assert float((a.dists[node] - b.dists[node]).abs().max()) < 1e-4
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_medusa_softmax_and_top_k_in_the_kernel_propose_the_torch_paths_trees(temperature, target, monkeypatch):
+    """Medusa's distributions made and ranked by the kernel (`softmax_top_rows`) propose the torch
+    path's trees from the same state, with the same q to float rounding."""
+    from specviz import qkernel
+    from specviz.drafters import medusa
+    from specviz.methods import make_drafter
+
+    drafter = make_drafter("medusa", target, tree_size="paper")
+    real = qkernel.loaded
+    if real() is None:
+        pytest.skip("no compiled kernel here")
+    propose, rounds = drafter.propose, []
+
+    def both(context, root, params, generator):
+        rng = generator.get_state()
+        monkeypatch.setattr(medusa.qkernel, "loaded", lambda: None)
+        torch_tree = propose(context, root, params, generator)
+        monkeypatch.setattr(medusa.qkernel, "loaded", real)
+        generator.set_state(rng)
+        tree = propose(context, root, params, generator)
+        rounds.append((torch_tree, tree))
+        return tree
+
+    drafter.propose = both
+    dec = SpeculativeDecoder(target, drafter, SamplingParams(temperature=temperature), seed=3)
+    dec.start("Write a haiku about the sea.", max_new_tokens=24)
+    while not dec.done:
+        dec.step()
+    assert len(rounds) >= 5 and all(len(b) > 1 for _, b in rounds)
+    for a, b in rounds:
+        assert (a.tokens, a.parents) == (b.tokens, b.parents)
+        assert max(abs(x - y) for x, y in zip(a.q, b.q)) < 1e-5
+        for node in a.dists:
+            assert float((a.dists[node] - b.dists[node]).abs().max()) < 1e-5

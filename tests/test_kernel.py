@@ -306,3 +306,23 @@ def test_native_build_uses_the_widest_vector_path_the_cpu_has():
     expect = 512 if "avx512f" in words else 256 if {"avx2", "fma"} <= words else 0
     assert lib.blockmm_simd() == expect
     assert qkernel.library(native=False).blockmm_simd() == 0
+
+
+@pytest.mark.parametrize("temperature,with_ids", [(0.0, False), (0.7, True)])
+def test_softmax_top_rows_matches_float64(lib, temperature, with_ids):
+    """The kernel's draft distributions (softmax at a temperature, in place) and their top-k, with
+    ids mapped through a vocabulary, against float64 torch; -inf logits get probability 0."""
+    g = torch.Generator().manual_seed(7)
+    R, N, k = 3, 1000, 5
+    logits = torch.randn(R, N, generator=g) * 4
+    logits[1, :500] = float("-inf")
+    ids = torch.randperm(5 * N, generator=g)[:N].contiguous() if with_ids else None
+    probs, top_v, top_i = logits.clone(), torch.empty(R, k), torch.empty(R, k, dtype=torch.long)
+    lib.softmax_top_rows(probs.data_ptr(), R, N, temperature, k, None if ids is None else ids.data_ptr(),
+                         top_v.data_ptr(), top_i.data_ptr(), 2)
+    want = (logits.double() / (temperature if temperature not in (0, 1) else 1.0)).softmax(-1)
+    torch.testing.assert_close(probs.double(), want, atol=1e-7, rtol=1e-5)
+    assert probs[1, :500].eq(0).all()
+    v, i = want.topk(k, dim=-1)
+    torch.testing.assert_close(top_v.double(), v, atol=1e-7, rtol=1e-5)
+    assert torch.equal(top_i, ids[i] if with_ids else i)

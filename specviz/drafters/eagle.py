@@ -192,6 +192,10 @@ class EagleDrafter(Drafter):
                     order.append(i)
             return self._dist(torch.stack([outs[i] for i in nodes]), params)
 
+        return self._grow(root, expand, params, generator)
+
+    def _grow(self, root, expand, params, generator) -> DraftTree:
+        """The tree of this round's shape, grown level by level with `expand` (tree, nodes) -> dists."""
         s = self.shape_at(params)
         if s.kind == "static":
             return build_static_tree(int(root), [list(p) for p in s.paths], expand)
@@ -251,11 +255,7 @@ class EagleDrafter(Drafter):
                 return level
             return RankedRows.gather(parts)
 
-        if s.kind == "static":
-            return build_static_tree(int(root), [list(p) for p in s.paths], expand)
-        if self._shape.draw == "sample" and not params.greedy:
-            return build_sampled_tree(int(root), expand, s.depth, top_k, s.total_tokens, generator, min_prob=s.min_prob)
-        return build_dynamic_tree(int(root), expand, s.depth, top_k, s.total_tokens, min_prob=s.min_prob)
+        return self._grow(root, expand, params, generator)
 
 
 _HEADS: OrderedDict = OrderedDict()  # (model id, folder, files' stamps) -> (model, head)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import torch
 
-from .. import SpecVizError
+from .. import SpecVizError, qkernel
+from ..heads.draft_kernel import DraftKernel
 from ..heads.io import load_head, shipped_head_dir
 from ..sampling import warp_logits
-from ..tree import EAGLE1_TREE, DraftTree, build_static_tree
+from ..tree import EAGLE1_TREE, DraftTree, RankedRows, build_static_tree
 from .base import Drafter
 from .shape import TreeShape
 
@@ -54,15 +55,34 @@ class MedusaDrafter(Drafter):
             return DraftTree(tokens=[int(root)], parents=[-1], q=[1.0])
         p = next(self.heads.parameters())
         logits = self.heads.logits(self.heads(self.last.to(p.device, p.dtype))).float()  # [K, V]
-        if not params.greedy:
-            logits = warp_logits(logits, params)
-        dists = logits.softmax(-1).cpu()
+        paths = [list(p) for p in self.shape_at(params).paths]
+        lib = qkernel.loaded()
+        if lib is not None and logits.device.type == "cpu" and logits.is_contiguous() and DraftKernel.serves(params):
+            # softmax and each head's top-k in one kernel call (the torch ops cost more than the heads)
+            dists = _softmax_top(lib, logits, 0.0 if params.greedy else float(params.temperature),
+                                 1 + max(max(p) for p in paths))
+        else:
+            if not params.greedy:
+                logits = warp_logits(logits, params)
+            dists = logits.softmax(-1).cpu()
 
         def expand(tree: DraftTree, nodes):
             d = tree.depths
-            return torch.stack([dists[d[i]] for i in nodes])
+            rows = [d[i] for i in nodes]
+            if isinstance(dists, RankedRows):
+                return RankedRows(dists.rows[rows], dists.top_v[rows], dists.top_i[rows])
+            return dists[rows]
 
-        return build_static_tree(int(root), [list(p) for p in self.shape_at(params).paths], expand)
+        return build_static_tree(int(root), paths, expand)
+
+
+def _softmax_top(lib, logits: torch.Tensor, temperature: float, k: int) -> RankedRows:
+    """Logits [K, V] as distributions with their top-k, computed in place by the kernel."""
+    R, N = logits.shape
+    top_v, top_i = torch.empty(R, k), torch.empty(R, k, dtype=torch.long)
+    lib.softmax_top_rows(logits.data_ptr(), R, N, temperature, k, None, top_v.data_ptr(), top_i.data_ptr(),
+                         torch.get_num_threads())
+    return RankedRows(logits, top_v, top_i)
 
 
 def make_drafter(target, head_dir=None, tree=None, tuned: dict | None = None):

@@ -985,6 +985,14 @@ void draft_level(const DraftArgs* a, const int64_t* tokens, const float* const* 
     softmax_top(probs, R, a->lm.n, temperature, k, a->lm_ids, top_v, top_i, threads);
 }
 
+// Rows of logits [R, N] made draft distributions in place (divided by `temperature` unless 0 or 1,
+// softmax) with each row's k largest entries top_v/top_i [R, k] (ids mapped by `ids` when not null):
+// Medusa's heads, whose logits come from the block matmul, in one call instead of three torch ops.
+void softmax_top_rows(float* probs, int64_t R, int64_t N, float temperature, int64_t k, const int64_t* ids,
+                      float* top_v, int64_t* top_i, int threads) {
+    softmax_top(probs, R, N, temperature, k, ids, top_v, top_i, threads);
+}
+
 // All n_layers decoder layers of one pass in one call: layer i's keys/values live at
 // kcache/vcache + i * layer_stride floats. taps[i] (when taps and taps[i] are not null) receives
 // a copy of x [T, H] as it enters layer i. One call instead of one per layer: a ctypes call hands
