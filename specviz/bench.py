@@ -3,9 +3,12 @@
 All methods run in the same process on the same prompts and settings, so the printed ratios
 compare like with like. Timings include prefill (per_round_ms lists it apart: the target's pass is the same
 for every method; an EAGLE method adds its head's pass over the prompt). Run with the machine otherwise idle.
+The llama.cpp peers (`llamacpp`, `llamacpp-pld`: specviz/peers_llamacpp.py) run when llama-cpp-python is
+installed and are skipped, with a note, when it is not.
 
     python -m specviz.bench --methods vanilla,hf,hf-pld,pld --prompts FILE.jsonl --limit 10
     python -m specviz.bench --methods vanilla,hf --dtype fp32,bf16 --forward-curve
+    python -m specviz.bench --methods vanilla,llamacpp,llamacpp-pld --threads 2
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from . import SpecVizError
+from . import SpecVizError, peers_llamacpp
 from .drafters import sps
 from .engine import SpeculativeDecoder
 from .examples import EXAMPLE_PROMPTS
@@ -34,6 +37,8 @@ from .target import load_target
 from .train import data as train_data
 
 HF_METHODS = ("hf", "hf-pld", "hf-assisted")
+LLAMACPP_METHODS = peers_llamacpp.METHODS  # optional: need llama-cpp-python
+PEER_METHODS = (*HF_METHODS, *LLAMACPP_METHODS)  # not our engine: no drafter, tree, rounds or prefill apart
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -108,11 +113,12 @@ class Runner:
     """Runs one method on one prompt: returns (new token ids, seconds, rounds, per-round accepted lengths)."""
 
     def __init__(self, method: str, target, params: SamplingParams, hf=None, seed: int = 0, tree: str = "auto",
-                 draw: str = ""):
+                 draw: str = "", peer=None):
         self.method, self.target, self.params, self.hf, self.seed = method, target, params, hf, seed
+        self.peer = peer  # a llama.cpp peer (peers_llamacpp.LlamaCppPeer) for the llamacpp methods
         self.tree = None
         self.last_prefill_s = 0.0
-        if method not in HF_METHODS:
+        if method not in PEER_METHODS:
             extra = {"draw": draw} if draw and method in DRAWABLE else {}
             if tree == "auto" and get(method).tunable:
                 tune(method, target)  # times this device's trees once (cached); the drafter then reads the pick
@@ -122,6 +128,9 @@ class Runner:
     def run(self, prompt_ids: list[int], max_new: int):
         if self.method in HF_METHODS:
             return self._run_hf(prompt_ids, max_new)
+        if self.method in LLAMACPP_METHODS:  # timed whole, prefill included, like the HF peers
+            toks, secs, self.last_prefill_s = self.peer.run(prompt_ids, max_new)  # to its first token: per_prompt only
+            return toks, secs, None, [], [], []
         dec = SpeculativeDecoder(self.target, self.drafter, self.params, seed=self.seed, detail=False)
         t0 = time.perf_counter()
         dec.start(prompt_ids, max_new)
@@ -228,9 +237,18 @@ def summarise(rows: list[dict]) -> dict:
 # ----------------------------------------------------------------------------- main
 def run(args) -> dict:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    bad = [m for m in methods if m not in ENGINE_METHODS and m not in HF_METHODS]
+    bad = [m for m in methods if m not in ENGINE_METHODS and m not in PEER_METHODS]
     if bad:
-        raise SpecVizError(f"Unknown methods {bad}; choose from {', '.join([*ENGINE_METHODS, *HF_METHODS])}.")
+        raise SpecVizError(f"Unknown methods {bad}; choose from {', '.join([*ENGINE_METHODS, *PEER_METHODS])}.")
+    skipped = {}
+    wanted = [m for m in methods if m in LLAMACPP_METHODS]
+    if wanted:
+        ok, why = peers_llamacpp.available()
+        if not ok:
+            skip(skipped, wanted, why)
+            methods = [m for m in methods if m not in wanted]
+    if not methods:
+        raise SpecVizError(f"No method left to run: {'; '.join(sorted(set(skipped.values())))}.")
     if args.threads:
         torch.set_num_threads(args.threads)
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
@@ -240,6 +258,7 @@ def run(args) -> dict:
         "machine": None,  # filled once a target has loaded (the block kernel's width is known then)
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "by_dtype": {},
+        "skipped": skipped,  # method -> why it did not run (an optional peer whose package is missing)
     }
     for dname in args.dtype.split(","):
         dtype = DTYPES[dname]
@@ -247,11 +266,14 @@ def run(args) -> dict:
         print(f"{dname}: target runs on {target.model.kernel_note}", file=sys.stderr)
         report["machine"] = machine()
         hf = load_hf(target, dtype, "hf-assisted" in methods) if set(methods) & set(HF_METHODS) else None
-        runners = {m: Runner(m, target, params, hf, args.seed, tree=args.tree, draw=args.draw) for m in methods}
+        ids = [p["ids"] if p.get("ids") else target.tokenizer.chat_ids(p["prompt"]) for p in prompts]
+        peers = llamacpp_peers(methods, target, params, ids, args, skipped)
+        run_methods = [m for m in methods if m not in LLAMACPP_METHODS or m in peers]
+        runners = {m: Runner(m, target, params, hf, args.seed, tree=args.tree, draw=args.draw, peer=peers.get(m))
+                   for m in run_methods}
         for m, r in runners.items():
             if r.tree:
                 print(f"{m}: tree {json.dumps(r.tree)}", file=sys.stderr)
-        ids = [p["ids"] if p.get("ids") else target.tokenizer.chat_ids(p["prompt"]) for p in prompts]
         # warm-up: one short run of each method
         for r in runners.values():
             r.run(ids[0], 8)
@@ -267,7 +289,7 @@ def run(args) -> dict:
                      "nodes": sum(len(t.nodes) for t in trs), "prefill_s": r.last_prefill_s}
                 )
         res = {}
-        for m in methods:
+        for m in run_methods:
             s = summarise(rows[m])
             cats = sorted({r["category"] for r in rows[m]})
             s["by_category"] = {c: summarise([r for r in rows[m] if r["category"] == c]) for c in cats}
@@ -277,6 +299,8 @@ def run(args) -> dict:
                 )
             if runners[m].tree:
                 s["tree"] = runners[m].tree
+            if m in peers:
+                s.update(llamacpp_detail(peers[m], prompts, rows[m], outputs, m, target.eos_ids, params.greedy))
             res[m] = s
         for m, s in res.items():
             for key, base in (("speedup_vs_vanilla", "vanilla"), ("speedup_vs_hf", "hf")):
@@ -305,6 +329,52 @@ def run(args) -> dict:
     return report
 
 
+def skip(skipped: dict, methods: list[str], why: str) -> None:
+    """Leave optional peers out, with one line saying why (the other methods run on)."""
+    for m in methods:
+        skipped[m] = why
+    print(f"{', '.join(methods)} skipped: {why}", file=sys.stderr)
+
+
+def llamacpp_peers(methods, target, params, ids, args, skipped) -> dict:
+    """The llama.cpp peers asked for, on the default GGUF, with our thread count and a context that fits
+    the longest prompt plus its new tokens (PLD's drafts included)."""
+    wanted = [m for m in methods if m in LLAMACPP_METHODS]
+    if not wanted:
+        return {}
+    why = peers_llamacpp.unsupported(target)
+    if why:
+        skip(skipped, wanted, why)
+        return {}
+    n_ctx = max(len(x) for x in ids) + max(args.max_new_tokens, 8) + peers_llamacpp.PLD_TOKENS + 16
+    threads = torch.get_num_threads()  # --threads, as set for our runtime above
+    return {m: peers_llamacpp.LlamaCppPeer(m, target, params, threads, n_ctx, seed=args.seed) for m in wanted}
+
+
+def llamacpp_detail(peer, prompts, rows, outputs, m, eos, greedy) -> dict:
+    """A llama.cpp peer's settings, and per prompt its tokens/s and output ids; at temperature 0 also how
+    many prompts it answered exactly as our vanilla did (its numerics differ, so it may not)."""
+    per = []
+    for i, (p, r, toks) in enumerate(zip(prompts, rows, outputs[m])):
+        row = {"id": p["id"], "category": p["category"], "n_tokens": r["n_tokens"], "seconds": r["seconds"],
+               "tokens_per_s": r["n_tokens"] / r["seconds"] if r["seconds"] else 0.0,
+               "first_token_s": r["prefill_s"], "ids": toks}  # first_token_s: prefill and the first token
+        if greedy and "vanilla" in outputs:
+            row.update(peers_llamacpp.compare(outputs["vanilla"][i], toks, eos))
+        per.append(row)
+    out = {"llamacpp": peer.describe, "per_prompt": per}
+    if per and "identical_to_vanilla" in per[0]:
+        n_same = sum(r["identical_to_vanilla"] for r in per)
+        out["vanilla_match"] = {
+            "identical_prompts": n_same,
+            "n_prompts": len(per),
+            "fraction": n_same / len(per),
+            # of vanilla's tokens, the share llama.cpp reproduced before its first difference
+            "common_prefix_fraction": sum(r["common_prefix"] for r in per) / max(1, sum(len(v) for v in outputs["vanilla"])),
+        }
+    return out
+
+
 def _same(a: list[int], b: list[int], eos: set[int]) -> bool:
     """HF keeps padding after EOS out of our lists; compare up to and including EOS."""
     def cut(x):
@@ -327,6 +397,8 @@ def print_table(dname: str, entry: dict) -> None:
     for m, s in res.items():
         tau = f"{s['tau']:.2f}" if s.get("tau") else "-"
         ident = str(s.get("identical_to_vanilla", "-"))
+        if "vanilla_match" in s:  # a llama.cpp peer: how many prompts matched, not just whether all did
+            ident = f"{s['vanilla_match']['identical_prompts']}/{s['vanilla_match']['n_prompts']}"
         alpha = " ".join(f"{a:.2f}" for a in s["alpha_by_depth"][:6])
         print(f"{m:12} {s['tokens_per_s']:8.2f} {tau:>6} {ratio(s, 'speedup_vs_vanilla'):>10} "
               f"{ratio(s, 'decode_speedup_vs_vanilla'):>7} {ratio(s, 'speedup_vs_hf'):>7} {ident:>9}  {alpha}")
@@ -335,6 +407,11 @@ def print_table(dname: str, entry: dict) -> None:
                 ctau = f"{cs['tau']:.2f}" if cs.get("tau") else "-"
                 print(f"  {c:10} {cs['tokens_per_s']:8.2f} {ctau:>6} {ratio(cs, 'speedup_vs_vanilla'):>10} "
                       f"{ratio(cs, 'decode_speedup_vs_vanilla'):>7}")
+    for m, s in res.items():
+        if "vanilla_match" in s and s["vanilla_match"]["fraction"] < 1:
+            print(f"({m}: llama.cpp's own numerics; its greedy output matched vanilla's on "
+                  f"{s['vanilla_match']['identical_prompts']}/{s['vanilla_match']['n_prompts']} prompts and "
+                  f"{100 * s['vanilla_match']['common_prefix_fraction']:.0f}% of vanilla's tokens before a first difference.)")
     v = res.get("vanilla", {})
     if "speedup_ceiling" in v:
         print(f"('decode': tokens/s of the rounds alone. Prefill, the same pass for every method, is "

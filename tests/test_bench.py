@@ -1,6 +1,7 @@
 """The benchmark CLI's contract: the JSON others script against, identity checks, per category."""
 
 import json
+import sys
 
 import pytest
 
@@ -82,3 +83,68 @@ def test_heldout_prompts_need_the_training_data(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "default_data_dir", lambda: tmp_path)
     with pytest.raises(SpecVizError, match="python -m specviz.train data"):
         bench.load_prompts("heldout", 2)
+
+
+# ----------------------------------------------------------------------------- the llama.cpp peers
+@pytest.fixture
+def one_prompt(tmp_path):
+    f = tmp_path / "one.jsonl"
+    # an answer the model is sure of (its first token leads by ~3 logits), so llama.cpp's own numerics
+    # (~1 logit from ours) cannot flip its start; "What is the capital of France?" is a near-tie (0.08)
+    f.write_text(json.dumps({"question_id": 7, "category": "qa", "turns": ["Name the largest planet in the solar system."]}))
+    return f
+
+
+def test_llamacpp_peers_are_skipped_with_the_install_command_when_missing(one_prompt, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` now fails as if it were not installed
+    ok, why = bench.peers_llamacpp.available()
+    assert not ok and "pip install llama-cpp-python" in why
+    out = tmp_path / "r.json"
+    rc = bench.main(["--methods", "vanilla,llamacpp,llamacpp-pld", "--prompts", str(one_prompt), "--max-new-tokens", "4",
+                     "--out", str(out)])
+    assert rc == 0  # the other methods still run
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if "skipped" in ln]
+    assert len(lines) == 1 and "llamacpp, llamacpp-pld" in lines[0] and "pip install llama-cpp-python" in lines[0]
+    rep = json.loads(out.read_text())
+    assert list(rep["by_dtype"]["fp32"]["methods"]) == ["vanilla"]
+    assert set(rep["skipped"]) == {"llamacpp", "llamacpp-pld"}
+    # nothing else to run: an error that says how to install it
+    assert bench.main(["--methods", "llamacpp", "--prompts", str(one_prompt), "--max-new-tokens", "4"]) == 2
+    assert "pip install llama-cpp-python" in capsys.readouterr().err
+
+
+def test_llamacpp_peers_run_on_the_same_gguf_and_prompt_ids(one_prompt, tmp_path, target):
+    pytest.importorskip("llama_cpp")
+    from specviz.loading import default_gguf_path
+
+    out = tmp_path / "r.json"
+    methods = ["vanilla", "llamacpp", "llamacpp-pld"]
+    rc = bench.main(["--methods", ",".join(methods), "--prompts", str(one_prompt), "--max-new-tokens", "8",
+                     "--threads", "2", "--out", str(out)])
+    assert rc == 0
+    rep = json.loads(out.read_text())
+    assert rep["skipped"] == {}
+    res = rep["by_dtype"]["fp32"]["methods"]
+    assert list(res) == methods
+    vocab, eos = target.cfg.vocab_size, target.eos_ids
+    for m in ("llamacpp", "llamacpp-pld"):
+        s = res[m]
+        for key in ("tokens_per_s", "speedup_vs_vanilla", "identical_to_vanilla", "vanilla_match", "per_prompt", "llamacpp"):
+            assert key in s, (m, key)
+        assert s["llamacpp"]["gguf"] == default_gguf_path().name and s["llamacpp"]["n_threads"] == 2
+        assert s["tokens_per_s"] > 0 and s["decode_tokens_per_s"] is None  # timed whole, prefill included
+        (row,) = s["per_prompt"]
+        ids = row["ids"]
+        assert 1 <= len(ids) <= 8 and row["n_tokens"] == len(ids) == s["new_tokens"]
+        assert all(isinstance(t, int) and 0 <= t < vocab for t in ids)
+        assert len(ids) == 8 or ids[-1] in eos  # stops at EOS like our engine, or at the cap
+        assert not any(t in eos for t in ids[:-1])
+        assert row["tokens_per_s"] == pytest.approx(row["n_tokens"] / row["seconds"])
+        assert 0 < row["first_token_s"] <= row["seconds"]
+        vm = s["vanilla_match"]
+        assert vm["n_prompts"] == 1 and vm["identical_prompts"] == int(row["identical_to_vanilla"])
+        assert s["identical_to_vanilla"] is row["identical_to_vanilla"]
+        # the same chat-formatted prompt ids: llama.cpp starts its answer as our vanilla does
+        assert row["common_prefix"] >= 4, (ids, m)
+    assert res["llamacpp-pld"]["llamacpp"]["pld"] == {"max_ngram_size": 3, "num_pred_tokens": 10}
