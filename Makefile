@@ -12,6 +12,7 @@ app: setup
 test: setup
 	bash scripts/compiler.sh
 	bash scripts/browser.sh
+	bash scripts/nginx.sh
 	.venv/bin/python -m pytest -q
 
 test-fast: setup

@@ -22,6 +22,7 @@ every request times out.
 from __future__ import annotations
 
 import argparse
+import http.cookiejar
 import json
 import logging
 import os
@@ -111,19 +112,26 @@ def solo_traces(plan: Plan, rounds: int, target) -> list[str]:
 
 # ------------------------------------------------------------------------------- agent client
 class Client:
+    """One simulated student. Like a browser it loads the page first and keeps its own cookies:
+    behind nginx (`python -m specviz.deploy`) the routing cookie that first response hands out
+    keeps the session, and the files its page serves, on one replica."""
+
     def __init__(self, base: str, timeout: float):
         self.base = base.rstrip("/")
         self.url = self.base + "/_stcore/agent/interact"
         self.timeout = timeout
         self.sid = None
         self.last = None
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
 
     def call(self, body: dict) -> dict:
         if self.sid:
             body = {"session_id": self.sid, **body}
+        else:
+            self.fetch(self.base + "/")
         req = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+            with self.opener.open(req, timeout=self.timeout) as r:
                 snap = json.load(r)
         except urllib.error.HTTPError as e:
             raise RuntimeError(f"HTTP {e.code}: {e.read()[:500]!r}") from None
@@ -132,7 +140,7 @@ class Client:
         return snap
 
     def fetch(self, rel: str) -> bytes:
-        with urllib.request.urlopen(urllib.parse.urljoin(self.url, rel), timeout=self.timeout) as r:
+        with self.opener.open(urllib.parse.urljoin(self.url, rel), timeout=self.timeout) as r:
             return r.read()
 
 
@@ -306,7 +314,8 @@ def main(argv=None) -> int:
                          "lesson: Next step xN (recorded rounds); compare: Run xN")
     ap.add_argument("--max-new", type=int, default=32)
     ap.add_argument("--timeout", type=float, default=300, help="seconds per request")
-    ap.add_argument("--url", help="an already running server on loopback, started with --server.enableAgentApi true")
+    ap.add_argument("--url", help="an already running server on loopback, started with --server.enableAgentApi true "
+                                  "(or nginx in front of replicas: python -m specviz.deploy --agent-api)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     a = ap.parse_args(argv)
     logging.getLogger("streamlit").setLevel(logging.ERROR)
