@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "assets" / "results"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 LABELS = {"vanilla": "vanilla", "hf": "HF generate", "hf-pld": "HF prompt lookup", "hf-assisted": "HF assisted",
-          "pld": "PLD", "sps": "SpS", "medusa": "Medusa", "eagle1": "EAGLE-1", "eagle2": "EAGLE-2", "eagle3": "EAGLE-3"}
+          "pld": "PLD", "sps": "SpS", "medusa": "Medusa", "eagle1": "EAGLE-1", "eagle2": "EAGLE-2", "eagle3": "EAGLE-3",
+          "llamacpp": "llama.cpp (same GGUF)", "llamacpp-pld": "llama.cpp prompt lookup"}
 # the settings that make two runs the same benchmark (the temperature and the methods may differ)
 SAME = ("prompts", "limit", "max_new_tokens", "dtype", "weights", "threads", "top_k", "top_p", "tree", "model", "device")
 
@@ -98,7 +99,10 @@ def table(folder: Path = RESULTS) -> str:
                 continue
             label = LABELS.get(name, name) + (f", T = {t:g}" if t else "")
             same = m.get("identical_to_vanilla")
-            ident = "n/a (sampling)" if t else "yes" if same else "no" if same is not None else "-"
+            match = m.get("vanilla_match")  # a peer with its own numerics (llama.cpp): how many prompts matched
+            ident = ("n/a (sampling)" if t else "yes" if same else
+                     f"{match['identical_prompts']}/{match['n_prompts']} prompts (its own numerics)" if match and not same else
+                     "no" if same is not None else "-")
             tau = f"{m['tau']:.2f}" if m.get("tau") is not None else "-"
             speed = f"{m['speedup_vs_vanilla']:.2f}x" if m.get("speedup_vs_vanilla") is not None else "-"
             lines.append(f"| {label} | {m.get('tokens_per_s', 0):.1f} | {tau} | {speed} | {ident} | "
