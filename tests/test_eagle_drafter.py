@@ -211,6 +211,15 @@ def test_tuned_eagle_trees_draw_their_drafts_at_t_above_zero(target, monkeypatch
         vanilla_generate(target, "Name three colours.", max_new_tokens=12).tokens
 
 
+def _decode(target, drafter, temperature, prompts):
+    """24 new tokens of each prompt (the drafter's propose records what it drafted)."""
+    dec = SpeculativeDecoder(target, drafter, SamplingParams(temperature=temperature), seed=3)
+    for prompt in prompts:
+        dec.start(prompt, max_new_tokens=24)
+        while not dec.done:
+            dec.step()
+
+
 @pytest.mark.parametrize("method,temperature", [("eagle3", 0.0), ("eagle3", 1.0), ("eagle2", 0.0), ("eagle1", 0.0)])
 def test_drafting_in_the_kernel_proposes_the_torch_paths_trees(method, temperature, target):
     """The shipped heads drafting each tree level in one kernel call (heads.draft_kernel) propose the
@@ -238,11 +247,7 @@ def test_drafting_in_the_kernel_proposes_the_torch_paths_trees(method, temperatu
         return tree
 
     drafter.propose = both
-    dec = SpeculativeDecoder(target, drafter, SamplingParams(temperature=temperature), seed=3)
-    for prompt in ("Write a haiku about the sea.", "What is 17 times 23? Explain."):
-        dec.start(prompt, max_new_tokens=24)
-        while not dec.done:
-            dec.step()
+    _decode(target, drafter, temperature, ("Write a haiku about the sea.", "What is 17 times 23? Explain."))
     assert len(rounds) >= 10 and sum(len(b) > 1 for _, b in rounds) >= 5  # real trees were drafted
     for a, b in rounds:
         assert (a.tokens, a.parents) == (b.tokens, b.parents)
@@ -276,10 +281,7 @@ def test_medusa_softmax_and_top_k_in_the_kernel_propose_the_torch_paths_trees(te
         return tree
 
     drafter.propose = both
-    dec = SpeculativeDecoder(target, drafter, SamplingParams(temperature=temperature), seed=3)
-    dec.start("Write a haiku about the sea.", max_new_tokens=24)
-    while not dec.done:
-        dec.step()
+    _decode(target, drafter, temperature, ("Write a haiku about the sea.",))
     assert len(rounds) >= 5 and all(len(b) > 1 for _, b in rounds)
     for a, b in rounds:
         assert (a.tokens, a.parents) == (b.tokens, b.parents)

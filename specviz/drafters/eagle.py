@@ -213,7 +213,7 @@ class EagleDrafter(Drafter):
         L = self.base + self.cache.length
         temperature = 0.0 if params.greedy else float(params.temperature)
         s = self.shape_at(params)
-        top_k = self._shape.top_k if s.kind == "dynamic" else 1 + max(max(p) for p in s.paths)
+        top_k = self._shape.top_k if s.kind == "dynamic" else 1 + max((max(p) for p in s.paths if p), default=0)
         wrap = (lambda probs: VocabRows(probs, self.vocab_ids_cpu, self.model.cfg.vocab_size)) if self.is3 else None
 
         def ranked(probs, top_v, top_i):

@@ -60,7 +60,7 @@ class MedusaDrafter(Drafter):
         if lib is not None and logits.device.type == "cpu" and logits.is_contiguous() and DraftKernel.serves(params):
             # softmax and each head's top-k in one kernel call (the torch ops cost more than the heads)
             dists = _softmax_top(lib, logits, 0.0 if params.greedy else float(params.temperature),
-                                 1 + max(max(p) for p in paths))
+                                 1 + max((max(p) for p in paths if p), default=0))
         else:
             if not params.greedy:
                 logits = warp_logits(logits, params)
