@@ -60,6 +60,10 @@ class BlockWeight:
         return BlockWeight(parts[0].kind, torch.cat([p.qs for p in parts]).contiguous(),
                            torch.cat([p.scales for p in parts]).contiguous())
 
+    def mat(self) -> "qkernel.Mat":
+        """The C struct the compiled kernel reads (pointers into tensors this object keeps alive)."""
+        return qkernel.Mat(0 if self.kind == "q4_1" else 1, self._ptrs[0], self._ptrs[1], self.n, self.k)
+
     def matmul(self, x: torch.Tensor, lib=None) -> torch.Tensor:
         """x [..., K] fp32 -> x @ W^T [..., N]. The kernel reads host memory: CPU tensors only."""
         if x.device.type != "cpu":
@@ -181,11 +185,8 @@ class LayerBlocks:
 
     def layer_args(self, layer, cfg) -> "qkernel.LayerArgs":
         """The C struct the fused layer kernel reads (pointers into tensors this object keeps alive)."""
-        def mat(b: BlockWeight):
-            return qkernel.Mat(0 if b.kind == "q4_1" else 1, b._ptrs[0], b._ptrs[1], b.n, b.k)
-
         self._norms = (layer.attn_norm.contiguous(), layer.mlp_norm.contiguous())
-        self.args = qkernel.LayerArgs(mat(self.wqkv), mat(self.wo), mat(self.w13), mat(self.w2),
+        self.args = qkernel.LayerArgs(self.wqkv.mat(), self.wo.mat(), self.w13.mat(), self.w2.mat(),
                                       self._norms[0].data_ptr(), self._norms[1].data_ptr(), float(cfg.rms_eps),
                                       cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, self.w2.k)
         return self.args

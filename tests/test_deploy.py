@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _load import check_load_result
 
 from specviz import SpecVizError
 from specviz import deploy
@@ -141,14 +142,7 @@ def test_twenty_sessions_through_nginx_match_solo_runs(deployment, target, monke
     assert len(deployment.replica_urls) == 2
     monkeypatch.setenv("SPECVIZ_TORCH_THREADS", str(deployment.threads))  # the solo runs: the replicas' count
     res = run(deployment.url, 20, 3, 300, target=target)
-    with capsys.disabled():
-        print(f"\nthrough nginx, 2 replicas: 20 sessions, {res['steps']} steps in {res['wall_s']:.1f} s; "
-              f"step latency p50 {1000 * res['p50_s']:.0f} ms, p95 {1000 * res['p95_s']:.0f} ms")
-    assert not res["errors"], res["errors"]
-    assert not res["stuck"], res["stuck"]
-    assert not res["mismatches"], res["mismatches"]
-    assert res["steps"] == 20 * 5
-    assert res["ok"]
+    check_load_result(res, 20, 5, "through nginx, 2 replicas", capsys)
 
     rows = [r for r in access_log(deployment) if r["path"].startswith(("/_stcore/agent/", "/media/"))]
     replicas = {u.removeprefix("http://") for u in deployment.replica_urls}

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from _load import check_load_result
 
 from specviz import SpecVizError
 from specviz.concurrency import WorkGate, configure_threads, default_workers, server_threads
@@ -128,14 +129,7 @@ def test_ten_simultaneous_sessions_match_solo_runs(target, capsys):
     extra = ["--server.enableAgentApi", "true", "--server.agentWaitTimeout", "300"]
     with streamlit_server(extra) as url:
         res = run(url, 10, 3, 300, target=target)
-    with capsys.disabled():
-        print(f"\nload test: 10 sessions, {res['steps']} steps in {res['wall_s']:.1f} s; "
-              f"step latency p50 {1000 * res['p50_s']:.0f} ms, p95 {1000 * res['p95_s']:.0f} ms")
-    assert not res["errors"], res["errors"]
-    assert not res["stuck"], res["stuck"]
-    assert not res["mismatches"], res["mismatches"]
-    assert res["steps"] == 10 * 5
-    assert res["ok"]
+    check_load_result(res, 10, 5, "load test", capsys)
 
 
 def test_shared_model_untouched_by_concurrent_decoders(target):

@@ -22,14 +22,8 @@ import threading
 import torch
 
 from .. import qkernel
-from ..blockweights import MAX_BLOCK_ROWS, BlockWeight, quantize_q8_0
+from ..blockweights import MAX_BLOCK_ROWS, quantize_q8_0
 from ..sampling import SamplingParams
-
-
-def _mat(b: BlockWeight | None) -> qkernel.Mat:
-    if b is None:
-        return qkernel.Mat()
-    return qkernel.Mat(0 if b.kind == "q4_1" else 1, b._ptrs[0], b._ptrs[1], b.n, b.k)
 
 
 def _ptr(t: torch.Tensor | None):
@@ -59,8 +53,8 @@ class DraftKernel:
             self._lm, self._ids = head._lm_blocks, None
         self.vocab_rows = self._lm.n
         self.args = qkernel.DraftArgs(
-            head.kernel_layer.blocks.args, self._embed.data_ptr(), int(self.eagle3), _mat(self._fc), _ptr(self._bias),
-            _ptr(self._norms[0]), _ptr(self._norms[1]), _ptr(self._norms[2]), _mat(self._lm), _ptr(self._ids))
+            head.kernel_layer.blocks.args, self._embed.data_ptr(), int(self.eagle3),
+            qkernel.Mat() if self._fc is None else self._fc.mat(), _ptr(self._bias), _ptr(self._norms[0]), _ptr(self._norms[1]), _ptr(self._norms[2]), self._lm.mat(), _ptr(self._ids))
         self.work_per_token = head.kernel_layer.work_per_token + 5 * self.H + 2 * self.hd
         self._rope = (torch.empty(0, self.hd), torch.empty(0, self.hd))
         self._rope_lock = threading.Lock()
