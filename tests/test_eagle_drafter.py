@@ -221,7 +221,7 @@ def _decode(target, drafter, temperature, prompts):
 
 
 @pytest.mark.parametrize("method,temperature", [("eagle3", 0.0), ("eagle3", 1.0), ("eagle2", 0.0), ("eagle1", 0.0)])
-def test_drafting_in_the_kernel_proposes_the_torch_paths_trees(method, temperature, target):
+def test_drafting_in_the_kernel_proposes_the_torch_paths_trees(method, temperature, target, monkeypatch):
     """The shipped heads drafting each tree level in one kernel call (heads.draft_kernel) propose the
     torch path's trees, round after round, from the same state: the same tokens and parents, the
     same q to float rounding (the kernel's norms and softmax sum in another order)."""
@@ -231,7 +231,9 @@ def test_drafting_in_the_kernel_proposes_the_torch_paths_trees(method, temperatu
     kernel = drafter.head.draft_kernel
     if kernel is None:
         pytest.skip("no compiled kernel here")
-    propose, rounds = drafter.propose, []
+    propose, rounds, levels = drafter.propose, [], []
+    level = kernel.level
+    monkeypatch.setattr(kernel, "level", lambda *a, **k: levels.append(1) or level(*a, **k))
 
     def both(context, root, params, generator):
         snap, rng = drafter.snapshot(), generator.get_state()
@@ -249,6 +251,7 @@ def test_drafting_in_the_kernel_proposes_the_torch_paths_trees(method, temperatu
     drafter.propose = both
     _decode(target, drafter, temperature, ("Write a haiku about the sea.", "What is 17 times 23? Explain."))
     assert len(rounds) >= 10 and sum(len(b) > 1 for _, b in rounds) >= 5  # real trees were drafted
+    assert len(levels) >= len(rounds)  # ... and the kernel drafted them (at least one level a round)
     for a, b in rounds:
         assert (a.tokens, a.parents) == (b.tokens, b.parents)
         assert max(abs(x - y) for x, y in zip(a.q, b.q)) < 1e-4
@@ -268,7 +271,9 @@ def test_medusa_softmax_and_top_k_in_the_kernel_propose_the_torch_paths_trees(te
     real = qkernel.loaded
     if real() is None:
         pytest.skip("no compiled kernel here")
-    propose, rounds = drafter.propose, []
+    propose, rounds, ranked = drafter.propose, [], []
+    softmax_top = medusa._softmax_top
+    monkeypatch.setattr(medusa, "_softmax_top", lambda *a: ranked.append(1) or softmax_top(*a))
 
     def both(context, root, params, generator):
         rng = generator.get_state()
@@ -283,6 +288,7 @@ def test_medusa_softmax_and_top_k_in_the_kernel_propose_the_torch_paths_trees(te
     drafter.propose = both
     _decode(target, drafter, temperature, ("Write a haiku about the sea.",))
     assert len(rounds) >= 5 and all(len(b) > 1 for _, b in rounds)
+    assert len(ranked) == len(rounds)  # every kernel-side proposal ranked its heads in the kernel
     for a, b in rounds:
         assert (a.tokens, a.parents) == (b.tokens, b.parents)
         assert max(abs(x - y) for x, y in zip(a.q, b.q)) < 1e-5
