@@ -45,6 +45,20 @@ class GenerationResult:
         return len(self.tokens) / self.seconds if self.seconds > 0 else 0.0
 
 
+@dataclass
+class RoundPlan:
+    """A drafted round waiting for its verify pass: the tree, where it goes in the cache, and the
+    pass's positions and mask rows (None for a root-only plain round)."""
+
+    tree: DraftTree
+    L: int
+    positions: list[int]
+    rows: list[list[bool]] | None
+    rng_state: torch.Tensor | None
+    t_start: float
+    t_draft: float
+
+
 class SpeculativeDecoder:
     """One sequence's decoding state: target KV cache, drafter state, RNG, produced tokens.
 
@@ -144,6 +158,22 @@ class SpeculativeDecoder:
     # ------------------------------------------------------------------ one round
     def step(self) -> RoundTrace:
         """One round: draft a tree, score all of it in one target pass, walk it, commit."""
+        plan = self.draft()
+        # 2. verify: one target forward over every node under the tree mask gives p after each node
+        tree, n = plan.tree, len(plan.tree)
+        out = self.model.forward(
+            torch.tensor([tree.tokens]), self.cache,
+            positions=None if n == 1 else torch.tensor(plan.positions),  # None: the one next position, L
+            tree_mask=None if n == 1 else torch.tensor(plan.rows, dtype=torch.bool), taps=self.drafter.taps, head=False,
+        )
+        target_rows = self.target_rows(plan, out)
+        target_rows.ensure(self.first_rows(plan))
+        return self.finish(plan, out, target_rows)
+
+    def draft(self) -> "RoundPlan":
+        """A round's first phase: the drafter's tree, and the positions and mask of its verify pass
+        (built as Python lists and made tensors once: every small torch op costs more than the list work).
+        `step` runs the three phases for one sequence; `specviz.batch` runs them for many with one pass."""
         if self.cache is None:
             raise SpecVizError("Call start(prompt) before step().")
         if self.done:
@@ -154,23 +184,23 @@ class SpeculativeDecoder:
         #    than the remaining budget could never count
         tree = self.drafter.propose(self.context, self.root, self.params, self.generator)
         tree = tree.prune(self.max_new_tokens - len(self.generated) - 1)
-        t_draft = time.perf_counter()
-
-        # 2. verify: one target forward over every node under the tree mask gives p after each node
-        #    (masks and positions are built as Python lists and made tensors once: every small
-        #    torch op costs more than the list work)
         L, n = self.cache.length, len(tree)
         positions = tree.position_list(L)
         rows = tree.attention_rows() if n > 1 or self.detail else None
-        out = self.model.forward(
-            torch.tensor([tree.tokens]), self.cache,
-            positions=None if n == 1 else torch.tensor(positions),  # None: the one next position, L
-            tree_mask=None if n == 1 else torch.tensor(rows, dtype=torch.bool), taps=self.drafter.taps, head=False,
-        )
+        return RoundPlan(tree, L, positions, rows, rng_state, t_start, time.perf_counter())
+
+    def first_rows(self, plan: "RoundPlan") -> list[int]:
+        """The target rows a round computes in its first LM-head call: the root's, the likely path's,
+        and in a detailed trace every inner node's (the p of each drafted token comes from its parent)."""
+        return [0] + self._likely_rows(plan.tree) + (plan.tree.inner_nodes() if self.detail else [])
+
+    def finish(self, plan: "RoundPlan", out, target_rows: TargetRows, pass_start: float | None = None) -> RoundTrace:
+        """A round's last phase, after its verify pass `out`: the acceptance walk, the commit and the
+        trace. `pass_start`: when the (shared) pass began, if not right after this round's drafting."""
+        tree, L = plan.tree, plan.L
+        n = len(tree)
         # p after each node, computed only where it is used (specviz.target_rows): the walk's path,
-        # and in a detailed trace every inner node (the p of each drafted token comes from its parent)
-        target_rows = self._target_rows(out, tree)
-        target_rows.ensure([0] + self._likely_rows(tree) + (tree.inner_nodes() if self.detail else []))
+        # and in a detailed trace every inner node
         p, p_raw = target_rows.p, target_rows.raw
         best = target_rows.argmax if self.params.greedy else None
         if n == 1:  # vanilla: nothing to verify, just draw the next token from p
@@ -200,8 +230,10 @@ class SpeculativeDecoder:
         self.generated.extend(committed)
         if len(self.generated) >= self.max_new_tokens:
             self.done = True
-        trace = self._trace(tree, res, committed, L=L, target_rows=target_rows, times=(t_start, t_draft, t_verify),
-                            rng_state=rng_state, positions=positions, rows=rows)
+        t_pass = plan.t_draft if pass_start is None else pass_start
+        trace = self._trace(tree, res, committed, L=L, target_rows=target_rows,
+                            times=(plan.t_start, plan.t_draft, t_pass, t_verify),
+                            rng_state=plan.rng_state, positions=plan.positions, rows=plan.rows)
         if self.detail:  # a detailed round is for people: its tokens as text (trace.render_texts)
             trace.render_texts(self.tok.token_text)
         self.traces.append(trace)
@@ -220,8 +252,9 @@ class SpeculativeDecoder:
             return []  # a detailed trace keeps "no p row" meaning "the walk never used it"
         return tree.likely_path(PREFETCH_MIN_PROB, PREFETCH_ROWS - 1)
 
-    def _target_rows(self, out, tree: DraftTree) -> TargetRows:
+    def target_rows(self, plan: "RoundPlan", out) -> TargetRows:
         """The lazy p (and raw softmax) rows of one verify pass."""
+        tree = plan.tree
         if out.logits is not None:  # a captured CUDA graph computed the LM head already
             full = out.logits[0]
             logits_of = lambda rows: full[rows]  # noqa: E731
@@ -268,8 +301,8 @@ class SpeculativeDecoder:
     def _trace(self, tree: DraftTree, res, committed, *, L: int, target_rows: TargetRows, times: tuple, rng_state,
                positions, rows) -> RoundTrace:
         """The round as a plain record: token ids and probabilities (texts empty: `step` renders them
-        for a detailed round). `times`: (start, drafted, verified) perf-counter readings."""
-        t_start, t_draft, t_verify = times
+        for a detailed round). `times`: (start, drafted, pass started, verified) perf-counter readings."""
+        t_start, t_draft, t_pass, t_verify = times
         accepted = set(res.accepted)
         tried = {s.node for s in res.steps}
         depths, ranks, parents, tokens = tree.depths, tree.ranks, tree.parents, tree.tokens
@@ -344,8 +377,8 @@ class SpeculativeDecoder:
             committed=list(committed),
             committed_text=[""] * len(committed),
             draft_time_s=t_draft - t_start,
-            verify_time_s=t_verify - t_draft,
-            total_time_s=time.perf_counter() - t_start,
+            verify_time_s=t_verify - t_pass,
+            total_time_s=(t_draft - t_start) + (time.perf_counter() - t_pass),
             finished=self.done,
             rng_state_before=rng_state.tolist() if self.detail else None,
         )

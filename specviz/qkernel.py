@@ -93,6 +93,9 @@ def library(native: bool = True):
             lib.layer_forward.restype = None
             lib.layers_forward.argtypes = [ptr, i64, ptr, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64, ptr, ctypes.c_int, ptr]
             lib.layers_forward.restype = None
+            lib.layers_forward_batch.argtypes = [ptr, i64, ptr, i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr,
+                                                 ctypes.c_int, ptr]
+            lib.layers_forward_batch.restype = None
             lib.head_layer_forward.argtypes = [ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, ptr, ctypes.c_int]
             lib.head_layer_forward.restype = None
             lib.draft_level.argtypes = [ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ctypes.c_char_p, ptr, ptr, i64,

@@ -74,7 +74,18 @@ class TargetRows:
         bad = [r for r in missing if not 0 <= r < self.n]
         if bad:
             raise IndexError(f"tree row {bad[0]} out of range for {self.n} nodes")
-        logits = self._logits_of(missing)
+        self._store(missing, self._logits_of(missing))
+
+    def fill(self, rows: list[int], logits: torch.Tensor) -> None:
+        """Take rows computed elsewhere (a batch's one LM-head call for all its sequences): `logits`
+        [len(rows), V] are the raw logits of `rows`, as `logits_of(rows)` would return them."""
+        if len(rows) != len(logits):
+            raise ValueError(f"{len(rows)} rows but {len(logits)} rows of logits")
+        missing = [(r, i) for i, r in enumerate(rows) if int(r) not in self._p]
+        if missing:
+            self._store([int(r) for r, _ in missing], logits[[i for _, i in missing]])
+
+    def _store(self, missing: list[int], logits: torch.Tensor) -> None:
         if self.params.greedy:  # one argmax serves p (one-hot) and the walk
             idx = logits.argmax(-1, keepdim=True)
             p = torch.zeros_like(logits, dtype=torch.float32).scatter_(-1, idx, 1.0)

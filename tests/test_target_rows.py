@@ -57,14 +57,14 @@ def test_lazy_round_equals_an_eager_one(target, method, options, params):
     def run(eager: bool):
         dec = SpeculativeDecoder(target, registry.make_drafter(method, target, **options), params, seed=4)
         if eager:
-            lazy = dec._target_rows
+            lazy = dec.target_rows
 
-            def every_row(out, tree):
-                rows = lazy(out, tree)
-                rows.ensure(range(len(tree)))
+            def every_row(plan, out):
+                rows = lazy(plan, out)
+                rows.ensure(range(len(plan.tree)))
                 return rows
 
-            dec._target_rows = every_row
+            dec.target_rows = every_row
         dec.start("Repeat twice: red green blue, red green blue.", 20)
         return [_canon(dec.step()) for _ in range(4)]
 
@@ -112,10 +112,11 @@ def test_a_fast_round_computes_the_likely_path_with_the_root_and_changes_no_toke
         dec = SpeculativeDecoder(target, registry.make_drafter("eagle3", target, depth=4, top_k=4, total_tokens=12),
                                  params, seed=3, detail=False)
         first_calls = []
-        lazy = dec._target_rows
+        lazy = dec.target_rows
 
-        def spy(out, tree):
-            rows = lazy(out, tree)
+        def spy(plan, out):
+            tree = plan.tree
+            rows = lazy(plan, out)
             inner = rows._logits_of
 
             def logits_of(r):
@@ -126,7 +127,7 @@ def test_a_fast_round_computes_the_likely_path_with_the_root_and_changes_no_toke
             rows._logits_of = logits_of
             return rows
 
-        dec._target_rows = spy
+        dec.target_rows = spy
         res = dec.generate("Repeat twice: red green blue, red green blue.", 24)
         return res.tokens, first_calls
 

@@ -725,7 +725,7 @@ inline void serial_sums(const float* rows, int64_t n, int64_t S, float* sums) {
 }
 
 // Attention of queries [i0, i1) of kv group g, query i = token i % T of head g * rep + i / T:
-// softmax(q k^T * scale) v over the S cached keys of the group, hidden keys masked as in layer_impl.
+// softmax(q k^T * scale) v over the S cached keys of the group, hidden keys masked as in layer_seqs.
 // Every query's numbers are those of computing it alone (same operations, same order); only the
 // loops are interchanged so that each block of keys (and of values) is read from memory once and
 // used from L1 by all the queries.
@@ -797,17 +797,32 @@ void attend_group(const float* qkv, int64_t W, int64_t T, int64_t g, int64_t rep
     }
 }
 
-// The decoder layer behind layer_forward and head_layer_forward. attn_in: the attention's input
-// [T, wqkv.k], or null for rms_norm(x) (a Llama layer). offset: uncommitted entries already in the
-// cache after the L committed ones (a draft tree's earlier levels); the pass's keys/values go to
+// One sequence's share of a pass: its T rows (consecutive in x), the L committed entries and
+// `offset` uncommitted ones of its own cache before them, and its mask (see layer_seqs).
+struct Seq {
+    int64_t T, L, offset;
+    const uint8_t* mask;
+    float* kcache;
+    float* vcache;
+    int64_t max_len;
+};
+
+// The decoder layer behind layer_forward, head_layer_forward and layers_forward_batch, for the rows
+// of n_seq sequences side by side: the norms and matrix products run once over all rows (each
+// weight read once for the batch), each sequence attends only to its own cache and its own rows
+// (the block-diagonal mask of a batch of trees). Every row's numbers are those of its sequence's
+// pass alone: the matmul sums each (row, token) in the same order whatever the row count, and a
+// query's attention never reads another sequence. attn_in: the attention's input [rows, wqkv.k], or
+// null for rms_norm(x) (a Llama layer). offset: uncommitted entries already in the cache after the L
+// committed ones (a draft tree's earlier levels); the pass's keys/values go to
 // [L + offset, L + offset + T) and mask is [T, offset + T] (row t = which of those entries token t
 // may see), or null for "all of them up to its own". offset = 0 is the target's pass.
-void layer_impl(const LayerArgs* a, float* x, const float* attn_in, int64_t T, int64_t L, int64_t offset,
-                const float* cos, const float* sin, const uint8_t* mask, float* kcache, float* vcache, int64_t max_len,
-                float* work, int threads) {
+void layer_seqs(const LayerArgs* a, float* x, const float* attn_in, const Seq* seqs, int64_t n_seq, const float* cos,
+                const float* sin, float* work, int threads) {
     const int64_t H = a->wo.n, hd = a->head_dim, nh = a->n_heads, nkv = a->n_kv, I = a->inter;
-    const int64_t qd = nh * hd, kvd = nkv * hd, W = qd + 2 * kvd, rep = nh / nkv, P = L + offset, S = P + T;
-    const int64_t mw = offset + T;  // mask row width
+    const int64_t qd = nh * hd, kvd = nkv * hd, W = qd + 2 * kvd, rep = nh / nkv;
+    int64_t T = 0;  // rows of the whole pass
+    for (int64_t s = 0; s < n_seq; ++s) T += seqs[s].T;
     float* h = work;
     float* qkv = h + T * H;
     float* att = qkv + T * W;
@@ -821,27 +836,38 @@ void layer_impl(const LayerArgs* a, float* x, const float* attn_in, int64_t T, i
         rms_norm_rows(x, a->attn_norm, eps, T, H, h);
         matmul(a->wqkv, h, T, qkv, threads);
     }
-    for (int64_t t = 0; t < T; ++t) {
-        float* row = qkv + t * W;
-        for (int64_t g = 0; g < nh + nkv; ++g) rotate(row + g * hd, cos + t * hd, sin + t * hd, hd / 2);
-        for (int64_t g = 0; g < nkv; ++g) {
-            std::memcpy(kcache + (g * max_len + P + t) * hd, row + qd + g * hd, hd * sizeof(float));
-            std::memcpy(vcache + (g * max_len + P + t) * hd, row + qd + kvd + g * hd, hd * sizeof(float));
+    struct Task { int64_t s, r0, g, i0, i1; };
+    std::vector<Task> tasks;
+    for (int64_t s = 0, r0 = 0; s < n_seq; r0 += seqs[s].T, ++s) {
+        const Seq& q = seqs[s];
+        const int64_t P = q.L + q.offset;
+        for (int64_t t = 0; t < q.T; ++t) {
+            float* row = qkv + (r0 + t) * W;
+            for (int64_t g = 0; g < nh + nkv; ++g) rotate(row + g * hd, cos + (r0 + t) * hd, sin + (r0 + t) * hd, hd / 2);
+            for (int64_t g = 0; g < nkv; ++g) {
+                std::memcpy(q.kcache + (g * q.max_len + P + t) * hd, row + qd + g * hd, hd * sizeof(float));
+                std::memcpy(q.vcache + (g * q.max_len + P + t) * hd, row + qd + kvd + g * hd, hd * sizeof(float));
+            }
         }
+        // tasks = (kv group, a contiguous share of its rep * T queries): each task reads its group's
+        // keys and values once for all its queries, instead of once per (head, token) (the cache of a
+        // long context does not fit in L2, so a pass of T tokens read it 3 T times). At least `threads`
+        // shares per group keep every thread busy; which task a query lands in changes no number.
+        const int64_t nq = rep * q.T;
+        int64_t shares = threads < 1 ? 1 : threads;
+        if (shares > nq) shares = nq;
+        for (int64_t g = 0; g < nkv; ++g)
+            for (int64_t c = 0; c < shares; ++c) tasks.push_back({s, r0, g, c * nq / shares, (c + 1) * nq / shares});
     }
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    // tasks = (kv group, a contiguous share of its rep * T queries): each task reads its group's
-    // keys and values once for all its queries, instead of once per (head, token) (the cache of a
-    // long context does not fit in L2, so a pass of T tokens read it 3 T times). At least `threads`
-    // shares per group keep every thread busy; which task a query lands in changes no number.
-    const int64_t nq = rep * T;
-    int64_t shares = threads < 1 ? 1 : threads;
-    if (shares > nq) shares = nq;
+    const int64_t n_tasks = static_cast<int64_t>(tasks.size());
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t task = 0; task < nkv * shares; ++task) {
-        const int64_t g = task / shares, c = task % shares;
-        attend_group(qkv, W, T, g, rep, c * nq / shares, (c + 1) * nq / shares, hd, qd, kcache + g * max_len * hd,
-                     vcache + g * max_len * hd, S, L, offset, mask, mw, scale, att);
+    for (int64_t i = 0; i < n_tasks; ++i) {
+        const Task& k = tasks[i];
+        const Seq& q = seqs[k.s];
+        attend_group(qkv + k.r0 * W, W, q.T, k.g, rep, k.i0, k.i1, hd, qd, q.kcache + k.g * q.max_len * hd,
+                     q.vcache + k.g * q.max_len * hd, q.L + q.offset + q.T, q.L, q.offset, q.mask, q.offset + q.T,
+                     scale, att + k.r0 * qd);
     }
     matmul(a->wo, att, T, h, threads);
     for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
@@ -854,6 +880,14 @@ void layer_impl(const LayerArgs* a, float* x, const float* attn_in, int64_t T, i
     }
     matmul(a->w2, act, T, h, threads);
     for (int64_t i = 0; i < T * H; ++i) x[i] += h[i];
+}
+
+// layer_seqs for one sequence
+void layer_impl(const LayerArgs* a, float* x, const float* attn_in, int64_t T, int64_t L, int64_t offset,
+                const float* cos, const float* sin, const uint8_t* mask, float* kcache, float* vcache, int64_t max_len,
+                float* work, int threads) {
+    const Seq one{T, L, offset, mask, kcache, vcache, max_len};
+    layer_seqs(a, x, attn_in, &one, 1, cos, sin, work, threads);
 }
 
 }  // namespace
@@ -1004,6 +1038,27 @@ void layers_forward(const LayerArgs* const* layers, int64_t n_layers, float* x, 
     for (int64_t i = 0; i < n_layers; ++i) {
         if (taps && taps[i]) std::memcpy(taps[i], x, T * layers[i]->wo.n * sizeof(float));
         layer_forward(layers[i], x, T, L, cos, sin, mask, kcache + i * layer_stride, vcache + i * layer_stride, max_len, work, threads);
+    }
+}
+
+// layers_forward for n_seq sequences in one pass (a batch of speculative rounds): sequence s has
+// T[s] consecutive rows of x, its own cache (layer i at kcache[s] / vcache[s] + i * layer_stride[s],
+// max_len[s] entries a head, L[s] committed) and its own mask masks[s] [T[s], T[s]] (null: causal).
+// cos/sin [rows, head_dim]; taps[i] receives x [rows, H] as it enters layer i. Each row comes out
+// as in its sequence's own layers_forward (layer_seqs). work: as layers_forward for all the rows.
+void layers_forward_batch(const LayerArgs* const* layers, int64_t n_layers, float* x, int64_t n_seq, const int64_t* T,
+                          const int64_t* L, const float* cos, const float* sin, const uint8_t* const* masks,
+                          float* const* kcache, float* const* vcache, const int64_t* layer_stride, const int64_t* max_len,
+                          float* work, int threads, float* const* taps) {
+    std::vector<Seq> seqs(n_seq);
+    int64_t rows = 0;
+    for (int64_t s = 0; s < n_seq; ++s) rows += T[s];
+    for (int64_t i = 0; i < n_layers; ++i) {
+        if (taps && taps[i]) std::memcpy(taps[i], x, rows * layers[i]->wo.n * sizeof(float));
+        for (int64_t s = 0; s < n_seq; ++s)
+            seqs[s] = {T[s], L[s], 0, masks ? masks[s] : nullptr, kcache[s] + i * layer_stride[s],
+                       vcache[s] + i * layer_stride[s], max_len[s]};
+        layer_seqs(layers[i], x, nullptr, seqs.data(), n_seq, cos, sin, work, threads);
     }
 }
 

@@ -390,3 +390,17 @@ def exact_max_diff(tree, p=None, params: SamplingParams | None = None, k: int = 
         d = float((b - (a if a is not None else 0)).abs().max())
         diff = max(diff, d)
     return diff
+
+
+def exact_round_diff(tree: DraftTree, rows, params: SamplingParams, variant: str = "correct",
+                     horizon: int = 3) -> tuple[float, int]:
+    """(max difference, k covered) of the exact check for one engine round: its tree with the target
+    rows of its own verify pass (`rows`: the round's `TargetRows`, missing rows computed now). It
+    checks a sequence of a batched round as it checks a solo one, so a batch cannot hide a wrong
+    distribution: each sequence's round must reproduce its own target distribution."""
+    n = len(tree)
+    P = rows.matrix(list(range(n)))
+    P_raw = rows.matrix(list(range(n)), "raw") if get_policy(variant).needs_p_raw and rows.raw is not None else None
+    kmax = 1 if (tree.sampled and not params.greedy) else min(horizon, tree.max_depth + 1)
+    diff = max(exact_max_diff(tree, P, params, k=k, variant=variant, p_raw=P_raw) for k in range(1, kmax + 1))
+    return diff, kmax
