@@ -9,6 +9,7 @@ installed and are skipped, with a note, when it is not.
     python -m specviz.bench --methods vanilla,hf,hf-pld,pld --prompts FILE.jsonl --limit 10
     python -m specviz.bench --methods vanilla,hf --dtype fp32,bf16 --forward-curve
     python -m specviz.bench --methods vanilla,llamacpp,llamacpp-pld --threads 2
+    python -m specviz.bench --batch 1,2,4,8 --methods vanilla,eagle3,eagle3@paper --limit 8   (specviz.bench_batch)
 """
 
 from __future__ import annotations
@@ -236,6 +237,8 @@ def summarise(rows: list[dict]) -> dict:
 
 # ----------------------------------------------------------------------------- main
 def run(args) -> dict:
+    if args.batch:
+        return run_batched(args)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     bad = [m for m in methods if m not in ENGINE_METHODS and m not in PEER_METHODS]
     if bad:
@@ -325,6 +328,33 @@ def run(args) -> dict:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=2))
+        print(f"wrote {args.out}")
+    return report
+
+
+def run_batched(args) -> dict:
+    """`--batch B1,B2,...`: batched rounds of our engine methods (specviz.bench_batch)."""
+    from . import bench_batch
+
+    bench_batch.parse_batches(args.batch)
+    if "," in args.dtype:
+        raise SpecVizError("--batch runs one dtype at a time.")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    prompts = load_prompts(args.prompts, args.limit)
+    report = {"settings": dict(vars(args)), "machine": None,
+              "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "kind": "batch"}
+    target = load_target(args.model, dtype=DTYPES[args.dtype], device=args.device,
+                         block_weights=args.weights == "blocks")
+    print(f"{args.dtype}: target runs on {target.model.kernel_note}", file=sys.stderr)
+    report["machine"] = machine()
+    report["weights"] = target.model.kernel_note
+    ids = [p["ids"] if p.get("ids") else target.tokenizer.chat_ids(p["prompt"]) for p in prompts]
+    report["categories"] = [p["category"] for p in prompts]
+    bench_batch.run(args, target, ids, report)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=2, default=str))
         print(f"wrote {args.out}")
     return report
 
@@ -446,6 +476,8 @@ def main(argv=None) -> int:
                     help="EAGLE/Medusa tree size: tuned for this device (auto) or the papers' fixed trees")
     ap.add_argument("--draw", default="", choices=["", "top", "sample"],
                     help="EAGLE-2/3 drafts at T > 0: top-k, or drawn from q (default: drawn for tuned trees)")
+    ap.add_argument("--batch", default="",
+                    help="batch sizes (e.g. 1,2,4,8): batched rounds of engine methods (name@paper: the papers' tree)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     try:
