@@ -72,7 +72,7 @@ methods_present() {  # the methods whose weights are staged, from a wish list
     for m in $(echo "$1" | tr ',' ' '); do
         case $m in
             eagle1|eagle2) have "heads/$MODEL_NAME/eagle1/model.safetensors" || continue ;;
-            eagle3) have "heads/$MODEL_NAME/eagle3/model.safetensors" || continue ;;
+            eagle3|eagle3@paper) have "heads/$MODEL_NAME/eagle3/model.safetensors" || continue ;;
             medusa) have "heads/$MODEL_NAME/medusa/model.safetensors" || continue ;;
             sps|hf-assisted) have "heads/$MODEL_NAME/sps/model.safetensors" || continue ;;
         esac
@@ -113,6 +113,8 @@ task_check() {
     bench bench_fp32_t0 120 $all --dtype fp32 --temperature 0 --tree paper --forward-curve
     bench bench_bf16_t0 60 vanilla,hf,eagle2,eagle3 --dtype bf16 --temperature 0 --tree paper
     bench bench_fp32_t1 60 vanilla,eagle2,eagle3 --dtype fp32 --temperature 1 --tree paper
+    # batched rounds: when speculation stops paying on a GPU (the serving page draws it beside the CPU's)
+    bench bench_batch 60 vanilla,eagle3,eagle3@paper --dtype fp32 --temperature 0 --batch 1,2,4,8,16
     SPECVIZ_CUDA_GRAPHS=0 bench bench_nographs 60 vanilla,eagle3 --dtype fp32 --temperature 0 --tree paper
     bench bench_tuned 90 vanilla,eagle2,eagle3 --dtype fp32 --temperature 0 --tree auto
 }

@@ -337,6 +337,9 @@ def run_batched(args) -> dict:
     from . import bench_batch
 
     bench_batch.parse_batches(args.batch)
+    for spec in args.methods.split(","):  # before loading anything
+        if spec.strip():
+            bench_batch.parse_method(spec.strip())
     if "," in args.dtype:
         raise SpecVizError("--batch runs one dtype at a time.")
     if args.threads:

@@ -148,3 +148,49 @@ def test_llamacpp_peers_run_on_the_same_gguf_and_prompt_ids(one_prompt, tmp_path
         # the same chat-formatted prompt ids: llama.cpp starts its answer as our vanilla does
         assert row["common_prefix"] >= 4, (ids, m)
     assert res["llamacpp-pld"]["llamacpp"]["pld"] == {"max_ngram_size": 3, "num_pred_tokens": 10}
+
+
+def test_bench_batch_writes_by_batch(specbench_file, tmp_path):
+    """`--batch`: every method at every B on the same prompts (the 2 prompts repeat to fill B = 4),
+    identical to vanilla, with throughput, per-user speed and the batched round's split."""
+    out = tmp_path / "b.json"
+    rc = bench.main(["--batch", "1,4", "--methods", "vanilla,pld,eagle3@paper", "--prompts", str(specbench_file),
+                     "--max-new-tokens", "10", "--out", str(out)])
+    assert rc == 0
+    rep = json.loads(out.read_text())
+    assert rep["kind"] == "batch" and rep["batch_sizes"] == [1, 4]
+    assert rep["trees"]["eagle3@paper"]["total_tokens"] == 24 and rep["trees"]["vanilla"] is None
+    for B, entry in rep["by_batch"].items():
+        assert list(entry) == ["vanilla", "pld", "eagle3@paper"]
+        for m, e in entry.items():
+            assert e["identical_to_vanilla"] is True, (B, m)
+            assert e["sequences"] == max(2, int(B)) and e["new_tokens"] > 0
+            assert e["throughput_tok_s"] > 0 and e["per_seq_tok_s"] > 0
+            r = e["per_round_ms"]
+            assert r["verify"] > 0 and r["sequences"] <= int(B)
+        assert entry["vanilla"]["tau"] == pytest.approx(1.0)
+        assert entry["vanilla"]["speedup_vs_vanilla"] == pytest.approx(1.0)
+        assert entry["eagle3@paper"]["per_round_ms"]["rows"] > entry["vanilla"]["per_round_ms"]["rows"]
+    # four sequences share each pass at B = 4 (until the first ones finish)
+    assert rep["by_batch"]["4"]["vanilla"]["per_round_ms"]["sequences"] > 2
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--batch", "0,2"], "from 1 to 64"),
+    (["--batch", "two"], "batch sizes like"),
+    (["--batch", "2", "--methods", "vanilla,hf"], "Unknown method 'hf'"),
+    (["--batch", "2", "--methods", "pld@paper"], "only a tunable method"),
+])
+def test_bench_batch_rejects_bad_input(args, msg, capsys):
+    assert bench.main([*args, "--limit", "1"]) == 2
+    assert msg in capsys.readouterr().err
+
+
+def test_crossover_is_the_first_batch_where_speculation_no_longer_pays():
+    from specviz.bench_batch import crossover
+
+    by = {str(b): {"vanilla": {"throughput_tok_s": v}, "eagle3": {"throughput_tok_s": e}}
+          for b, v, e in ((1, 100, 120), (2, 150, 160), (4, 200, 190), (8, 260, 270))}
+    assert crossover(by, "eagle3") == 4
+    by["4"]["eagle3"]["throughput_tok_s"] = 210
+    assert crossover(by, "eagle3") is None

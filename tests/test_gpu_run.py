@@ -66,7 +66,7 @@ def test_rehearsal_runs_every_step_of_the_three_commands(tmp_path):
     # the real payload: three parts, each beside the working tree under the tool's limit
     sizes = [float(x) for x in re.findall(r"p\d \+ tree = +([\d.]+) MiB of 64", r.stdout)]
     assert len(sizes) == 3 and max(sizes) <= 64, r.stdout
-    steps = {1: ("device", 5), 2: ("check", 5), 3: ("train", 4)}
+    steps = {1: ("device", 5), 2: ("check", 6), 3: ("train", 4)}
     for part, (task, n_steps) in steps.items():
         log = (tmp_path / f"out{part}" / f"{task}.log").read_text()
         assert len(re.findall(r" exit 0 in ", log)) == n_steps, log[-3000:]
@@ -77,6 +77,9 @@ def test_rehearsal_runs_every_step_of_the_three_commands(tmp_path):
     rows = next(iter(bench["by_dtype"].values()))["methods"]
     assert {"vanilla", "eagle1", "eagle2", "eagle3", "pld", "hf"} <= set(rows)
     assert all(s.get("identical_to_vanilla", True) for m, s in rows.items()), rows
+    batched = json.loads((tmp_path / "out2" / "bench_batch.json").read_text())["by_batch"]  # batched rounds too
+    assert set(batched) == {"1", "2", "4", "8", "16"}
+    assert all(e["identical_to_vanilla"] for b in batched.values() for e in b.values()), batched
     # the EAGLE-3 head came back, fine-tuned from the staged one with its draft vocabulary grown (192 -> 256)
     with tarfile.open(tmp_path / "out3" / "eagle3.tar.part00") as tar:
         cfg = json.load(tar.extractfile("eagle3/config.json"))
