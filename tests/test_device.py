@@ -161,6 +161,43 @@ def test_replay_reproduces_rounds(kit, method):
     assert [strip(t) for t in first] == [strip(t) for t in again]
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_a_batch_of_rounds_is_identical_to_vanilla(kit, vanilla_tokens, method):
+    """Batched rounds (specviz.batch) on this device: four sequences, ragged prompts and budgets,
+    one target pass per round; each greedy output is its solo vanilla output."""
+    from specviz.batch import BatchDecoder
+
+    prompts = [PROMPT, PROMPT[3:], PROMPT[:9], PROMPT[1:]]
+    budgets = [NEW, 7, 13, NEW]
+    refs = [vanilla_generate(kit.target, p, n, chat=False).tokens for p, n in zip(prompts, budgets)]
+    decs = []
+    for p, n in zip(prompts, budgets):
+        d = SpeculativeDecoder(kit.target, kit.drafter(method), SamplingParams(), seed=0)
+        d.start(p, n, chat=False)
+        decs.append(d)
+    batch = BatchDecoder(decs)
+    results = batch.generate()
+    assert [r.tokens for r in results] == refs, method
+    assert refs[0] == vanilla_tokens
+    assert len(batch.rounds[0].sequences) == 4 and all(_on(d.cache.k, kit.device) for d in decs)
+
+
+@pytest.mark.parametrize("method", ["eagle3", "medusa", "sps"])
+def test_a_sampled_batched_round_is_exactly_lossless(kit, method):
+    """The exact one-round check on each sequence of a batched round at temperature 1."""
+    from specviz.batch import BatchDecoder
+    from specviz.lossless.exact import exact_round_diff
+
+    params = SamplingParams(temperature=1.0)
+    batch = BatchDecoder([SpeculativeDecoder(kit.target, kit.drafter(method), params, seed=s) for s in (1, 2, 3)])
+    batch.start([PROMPT, PROMPT[2:], PROMPT[5:]], NEW, chat=False)
+    batch.step()
+    rnd = batch.step()
+    assert any(len(p.tree) > 1 for p in rnd.plans)
+    for plan, rows in zip(rnd.plans, rnd.target_rows):
+        assert exact_round_diff(plan.tree, rows, params, horizon=3)[0] < 1e-6, method
+
+
 def test_bench_writes_its_json(kit, tmp_path, monkeypatch):
     from specviz import bench, target as target_mod
 
