@@ -233,8 +233,10 @@ with tab_whatif:
         except (SpecVizError, OSError, ValueError) as e:
             st.session_state["cmp_costs_error"] = str(e)
 
-    if costs is None or any(f"draft.{m}" not in costs for m in have):
-        st.info(tr("cmpx.no_costs"))
+    unmeasured = [m for m in have if costs is None or f"draft.{m}" not in costs]
+    if unmeasured:  # all unmeasured, or only some methods' drafting (their curves are left out)
+        st.info(tr("cmpx.no_costs") if costs is None else
+                tr("cmpx.some_costs", methods=", ".join(method_label(m) for m in unmeasured)))
         st.button(tr("cmpx.measure_costs"), key="cmp_measure_costs", on_click=measure_here, disabled=target is None,
                   type="primary")
         if st.session_state.get("cmp_costs_error"):

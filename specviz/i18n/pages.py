@@ -79,6 +79,10 @@ STRINGS: dict[str, tuple[str, str]] = {
         "This machine's costs are not measured yet. Measuring them takes about a minute, once: they are cached and the sidebar's tree tuner uses the same numbers.",
         "本机的成本尚未测量。测量只需进行一次，约一分钟：结果会被缓存，侧边栏的草稿树调优也使用同样的数字。",
     ),
+    "cmpx.some_costs": (
+        "Drafting is not measured yet on this machine for: {methods}. Their curves are left out; the others are drawn from measured costs. Measuring takes about a minute, once.",
+        "本机尚未测量以下方法的起草成本：{methods}。它们的曲线暂不绘制；其余曲线都基于实测成本。测量只需进行一次，约一分钟。",
+    ),
     "cmpx.measure_costs": ("Measure this machine's costs", "测量本机成本"),
     "cmpx.no_gpu_curve": (
         "No cost curve measured on a GPU ships with this version yet, so only this machine's curve is drawn; none is made up. A GPU curve appears here beside it once measured: run `python -m specviz.tuning show` on a GPU and copy the cost file it writes into assets/curves/.",
