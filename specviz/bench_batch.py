@@ -108,6 +108,51 @@ def summarise(runs: list[dict], B: int) -> dict:
     }
 
 
+def measure(target, makers: dict, prompt_ids: list[list[int]], sizes: list[int], max_new: int,
+            params: SamplingParams, seed: int = 0, progress=None, on_batch=None) -> dict:
+    """`by_batch` for every B in `sizes` and every method of `makers` (name -> a function building a
+    fresh drafter), after one short warm-up batch per method. The first B's vanilla run (each
+    prompt once) is the reference of `identical_to_vanilla` (greedy) and of the throughput ratio.
+    `progress(fraction)` after every batch; `on_batch(B, entry)` after every B (the CLI prints it)."""
+    sizes = sorted(set(int(b) for b in sizes))
+    total = len(makers) * (1 + sum(len(batches(prompt_ids, b)) for b in sizes))
+    done = 0
+
+    def tick():
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(min(1.0, done / total))
+
+    for make in makers.values():  # warm-up: one short batch of each method
+        run_batch(target, make, prompt_ids[:2], 8, params, seed)
+        tick()
+    by_batch: dict = {}
+    vanilla_out: list | None = None
+    for B in sizes:
+        entry, outs = {}, {}
+        groups = batches(prompt_ids, B)
+        for s, make in makers.items():
+            runs = []
+            for g in tqdm(groups, desc=f"B={B} {s}", file=sys.stderr, disable=progress is not None):
+                runs.append(run_batch(target, make, g, max_new, params, seed))
+                tick()
+            entry[s] = summarise(runs, B)
+            outs[s] = [t for r in runs for t in r["tokens"]]
+        if "vanilla" in outs and vanilla_out is None:
+            vanilla_out = outs["vanilla"][: len(prompt_ids)]  # the first B's vanilla: each prompt once
+        for s in makers:
+            if params.greedy and vanilla_out is not None:
+                got = outs[s]
+                entry[s]["identical_to_vanilla"] = all(got[i] == vanilla_out[i % len(prompt_ids)] for i in range(len(got)))
+            if "vanilla" in entry:
+                entry[s]["speedup_vs_vanilla"] = entry[s]["throughput_tok_s"] / entry["vanilla"]["throughput_tok_s"]
+        by_batch[str(B)] = entry
+        if on_batch is not None:
+            on_batch(B, entry)
+    return by_batch
+
+
 def run(args, target, prompt_ids: list[list[int]], report: dict) -> dict:
     """The batched part of `python -m specviz.bench --batch ...`: fills report['by_batch']."""
     sizes = parse_batches(args.batch)
@@ -118,30 +163,8 @@ def run(args, target, prompt_ids: list[list[int]], report: dict) -> dict:
     makers = {s: drafter_factory(s, target, args.tree) for s in specs}
     report["batch_sizes"] = sizes
     report["trees"] = {s: describe_tree(makers[s](), params) for s in specs}
-    for s in specs:  # warm-up: one short batch of each method
-        run_batch(target, makers[s], prompt_ids[:2], 8, params, args.seed)
-    by_batch: dict = {}
-    vanilla_out: list | None = None
-    for B in sizes:
-        entry = {}
-        groups = batches(prompt_ids, B)
-        outs = {}
-        for s in specs:
-            runs = [run_batch(target, makers[s], g, args.max_new_tokens, params, args.seed)
-                    for g in tqdm(groups, desc=f"B={B} {s}", file=sys.stderr)]
-            entry[s] = summarise(runs, B)
-            outs[s] = [t for r in runs for t in r["tokens"]]
-        if "vanilla" in outs and vanilla_out is None:
-            vanilla_out = outs["vanilla"][: len(prompt_ids)]  # the first B's vanilla: each prompt once
-        for s in specs:
-            if params.greedy and vanilla_out is not None:
-                got = outs[s]
-                entry[s]["identical_to_vanilla"] = all(got[i] == vanilla_out[i % len(prompt_ids)] for i in range(len(got)))
-            if "vanilla" in entry:
-                entry[s]["speedup_vs_vanilla"] = entry[s]["throughput_tok_s"] / entry["vanilla"]["throughput_tok_s"]
-        by_batch[str(B)] = entry
-        print_batch(B, entry)
-    report["by_batch"] = by_batch
+    report["by_batch"] = measure(target, makers, prompt_ids, sizes, args.max_new_tokens, params, args.seed,
+                                 on_batch=print_batch)
     return report
 
 
