@@ -20,6 +20,7 @@ pages = [
     st.Page("views/compare.py", title=tr("nav.compare"), icon=":material/compare_arrows:", url_path="compare"),
     st.Page("views/lossless.py", title=tr("nav.lossless"), icon=":material/verified:", url_path="lossless"),
     st.Page("views/free.py", title=tr("nav.free"), icon=":material/bolt:", url_path="free"),
+    st.Page("views/serving.py", title=tr("nav.batch"), icon=":material/groups:", url_path="batch"),
     st.Page("views/rule.py", title=tr("nav.rule"), icon=":material/casino:", url_path="rule"),
 ]
 st.session_state["_in_app_run"] = True

@@ -6,7 +6,9 @@
   every method's rounds at the size of EAGLE-1's paper tree;
 * forward-cost curves measured on other machines (`assets/curves/*.json`): copies of the cost
   file `python -m specviz.tuning show` writes in the user cache ({"forward": {n: seconds}, "machine":
-  {...}, "overhead": s, "draft.<method>": {...}}). None ships until one has been measured.
+  {...}, "overhead": s, "draft.<method>": {...}}). None ships until one has been measured;
+* batched benchmarks (`assets/results/batch_*.json`, `python -m specviz.bench --batch ...`):
+  throughput and per-user speed against the batch size, per method, on a CPU or a GPU.
 
 Only reading and light validation here; every number comes from a file written by a measurement.
 """
@@ -57,6 +59,30 @@ def shipped_curves() -> list[dict]:
         label = m.get("cuda") or m.get("cpu") or f.stem
         out.append(dict(data, label=str(label), file=f.name, gpu=bool(m.get("cuda"))))
     return sorted(out, key=lambda d: not d["gpu"])
+
+
+def is_gpu_run(report: dict) -> bool:
+    """Whether a benchmark ran on a GPU: its machine names a CUDA device or its settings asked for one."""
+    m = report.get("machine") or {}
+    device = str((report.get("settings") or {}).get("device") or "")
+    if device:
+        return device.startswith("cuda")
+    return bool(m.get("cuda"))
+
+
+def shipped_batch_results(folder: Path | None = None) -> list[dict]:
+    """The shipped batched benchmarks that hold measurements (a non-empty `by_batch`), each with its
+    'file' and 'gpu' added; CPU runs first, newest first within each."""
+    folder = folder or ASSETS / "results"
+    out = []
+    for f in sorted(folder.glob("batch_*.json")) if folder.is_dir() else []:
+        data = _read(f)
+        by_batch = data.get("by_batch") if isinstance(data, dict) else None
+        if not isinstance(by_batch, dict) or not by_batch or not all(isinstance(e, dict) and e for e in by_batch.values()):
+            continue
+        out.append(dict(data, file=f.name, gpu=is_gpu_run(data)))
+    out.sort(key=lambda d: str(d.get("date", "")), reverse=True)
+    return sorted(out, key=lambda d: d["gpu"])
 
 
 def cached_costs(model) -> dict | None:

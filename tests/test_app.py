@@ -339,6 +339,63 @@ def test_free_batch_lesson_without_prior_run(new_app):
     assert any("acceptance profile" in c.value for c in at.caption)
 
 
+def _chart_specs(at) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def _y_title(spec: dict):
+    return ((spec.get("layout", {}).get("yaxis") or {}).get("title") or {}).get("text")
+
+
+def test_batch_page_shipped_curve_recorded_round_and_live_run(new_app):
+    """"When speculation stops paying": the shipped throughput curve with its crossover line, the
+    recorded round's block-diagonal mask, and "Run it here" measuring B = 1, 2 on this machine."""
+    from specviz import measured
+    from specviz.batch_results import crossover_summary
+
+    at = ok(new_app().run())
+    at.switch_page("views/serving.py").run()
+    ok(at)
+    assert at.title[0].value == "When speculation stops paying"
+    shipped = measured.shipped_batch_results()[0]
+    want = crossover_summary(shipped["by_batch"])
+    specs = _chart_specs(at)
+    curve = next(s for s in specs if _y_title(s) == "tokens/s, all users together")
+    vanilla = next(d for d in curve["data"] if d["name"].startswith("Vanilla"))
+    assert vanilla["x"] == [str(b) for b in shipped["batch_sizes"]]
+    assert vanilla["y"] == [shipped["by_batch"][str(b)]["vanilla"]["throughput_tok_s"] for b in shipped["batch_sizes"]]
+    cats = curve["layout"]["xaxis"]["categoryarray"]
+    assert [s["x0"] for s in curve["layout"].get("shapes", [])] == ([cats.index(str(want["b"]))] if want["b"] else [])
+    assert any(f"B = {want['at']}" in m.value for m in at.markdown)  # the crossover in words, with its numbers
+    mask = next(s for s in specs if s["data"][0]["type"] == "heatmap")
+    assert len(mask["data"][0]["z"]) == 18  # three users' trees in one pass
+    assert at.dataframe and not errors(at)
+    at.multiselect(key="batch_sizes").set_value([1, 2]).run()
+    at.select_slider(key="batch_prompts").set_value(2).run()
+    at.button(key="batch_live_btn").click().run()
+    ok(at)
+    assert not errors(at), errors(at)
+    live = at.session_state["batch_live"]
+    assert set(live["by_batch"]) == {"1", "2"}
+    for b, entry in live["by_batch"].items():
+        assert set(entry) == {"vanilla", "eagle3"} and entry["eagle3"]["throughput_tok_s"] > 0, b
+        assert entry["eagle3"]["identical_to_vanilla"] is True  # greedy by default: the same tokens as vanilla
+        assert entry["vanilla"]["sequences"] == 2
+    assert sum(1 for s in _chart_specs(at) if _y_title(s) == "tokens/s, all users together") == 2
+
+
+def test_lesson_step_11_many_users(new_app):
+    at = new_app("views/lesson.py", timeout=60)
+    at.query_params["step"] = "11"
+    at.run()
+    ok(at)
+    assert at.header[0].value == "Many users at once"
+    specs = _chart_specs(at)
+    assert any(s["data"][0]["type"] == "heatmap" for s in specs)  # the block-diagonal mask
+    assert any(_y_title(s) == "tokens/s, all users together" for s in specs)  # the shipped curve
+    assert any("](/batch)" in m.value for m in at.markdown)
+
+
 def test_compare_hardware_whatif_from_measured_costs(monkeypatch, new_app):
     """The what-if reads this machine's cached costs (here a fixed table, so the curve can be
     checked) and says that no GPU curve ships rather than inventing one."""
@@ -492,3 +549,20 @@ def test_timed_runs_alternate_and_the_median_run_is_shown(monkeypatch):
     assert out["vanilla"][0].tokens_per_s == 90.0 and out["vanilla"][1] == [100.0, 40.0, 90.0]
     assert out["eagle3"][0].tokens_per_s == 120.0
     assert seen == [(k + 0.5, 6) for k in range(6)]  # halfway through each of the 6 runs
+
+
+def test_whatif_names_only_the_methods_whose_drafting_is_unmeasured(new_app, monkeypatch):
+    """With this machine's costs cached but one method's drafting missing, the what-if tab says
+    which (not that nothing is measured) and still draws the measured methods' curves."""
+    from specviz import measured
+
+    costs = {"forward": {"1": 0.005, "8": 0.009, "32": 0.02}, "overhead": 0.001,
+             **{f"draft.{m}": {str(d): 0.001 * d for d in range(1, 9)} for m in ("eagle1", "eagle2", "eagle3")}}
+    monkeypatch.setattr(measured, "cached_costs", lambda model: costs)
+    at = ok(new_app().run())
+    at.switch_page("views/compare.py").run()
+    ok(at)
+    infos = [i.value for i in at.info]
+    assert any("for: Medusa" in i for i in infos), infos
+    assert not any("costs are not measured yet" in i for i in infos)
+    assert at.get("plotly_chart")  # the measured methods' curves are drawn

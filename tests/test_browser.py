@@ -210,6 +210,27 @@ def test_free(server, browser):
     shot(browser, "free")
 
 
+def test_batch(server, browser):
+    """"When speculation stops paying": the shipped throughput curve with its crossover line, the
+    recorded batched round (three trees side by side, the block-diagonal mask), then the default
+    live run (B = 1, 2, 4) drawn below."""
+    open_page(browser, f"{server}/batch")
+    shipped = ".st-key-batch_shipped_throughput .js-plotly-plot"
+    xy = browser.execute_script("const p = document.querySelector(arguments[0]); return p && [p.data[0].x, p.data[0].y];", shipped)
+    assert xy and xy[0][0] == "1" and all(v > 0 for v in xy[1]), xy
+    assert browser.find_elements(By.CSS_SELECTOR, ".st-key-batch_rec_trees .js-plotly-plot")
+    assert browser.find_elements(By.CSS_SELECTOR, ".st-key-batch_rec_mask .js-plotly-plot")
+    assert "stops paying" in browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"]').text
+    shot(browser, "batch")
+    small_png("batch")
+    live = ".st-key-batch_live_throughput .js-plotly-plot"
+    assert not browser.find_elements(By.CSS_SELECTOR, live)
+    click_button(browser, "Run it here")
+    idle(browser, timeout=400)
+    no_errors(browser)
+    assert browser.find_elements(By.CSS_SELECTOR, live), "no live batched curve"
+
+
 def test_lossless(server, browser):
     """The no-rejection bug, opened by a deep link, is run beside the correct rule: the correct rule
     passes and the bug's check fails, in red."""
@@ -274,7 +295,7 @@ def lesson_steps(drv, lang: str, next_label: str):
             no_errors(drv)
 
 
-LESSON_STEPS = range(10)
+LESSON_STEPS = range(11)
 
 
 def test_lesson(server, browser):
@@ -288,7 +309,7 @@ def test_lesson(server, browser):
     assert browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
     lesson_steps(browser, "en", "Next")
     # back to step 3 (tree attention) through the step picker's Previous button, then click the deepest node
-    for _ in range(7):
+    for _ in range(len(LESSON_STEPS) - 3):
         click_button(browser, "Previous")
         idle(browser)
     assert "Tree attention" in browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"] h2').text

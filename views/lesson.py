@@ -1,4 +1,5 @@
-"""Lesson: ten steps of speculative decoding over recorded real rounds (specviz.lesson).
+"""Lesson: eleven steps of speculative decoding over recorded real rounds (specviz.lesson; step 11's
+batched round: specviz.lesson_batch).
 
 Nothing here runs the model unless a step's "Run it live" button is pressed: the recordings in
 assets/lessons/ are real engine rounds, re-checked by tests/test_lesson.py.
@@ -10,6 +11,9 @@ import streamlit as st
 
 from specviz import SpecVizError
 from specviz import lesson as LS
+from specviz import lesson_batch as LB
+from specviz import measured
+from specviz.batch_results import crossover_sentence, crossover_summary, report_caption
 from specviz.i18n import t
 from specviz.app.clicks import clicked_node
 from specviz.app.gate import heavy_work
@@ -18,6 +22,7 @@ from specviz.app.sidebar import page_setup
 from specviz.app.state import lang, tr
 from specviz.machine import numerics as machine_numerics
 from specviz.viz import EXTRA_ID, ancestors, node_pq_panel, show_token, tree_figure
+from specviz.viz.batch import batch_mask_figure, batch_trees_figure, throughput_figure
 from specviz.viz.lesson import bottleneck_figure, pass_ratio, predicted_rows
 from specviz.viz.mask import attention_figure
 from specviz.viz.round import committed_html, extra_dist_figure, extra_title, round_table, rule_caption, walk_u_figure
@@ -26,7 +31,8 @@ page_setup()
 L = lang()
 CFG = {"displaylogo": False}
 
-# step -> the recording it shows (step 1 draws the cost curve; step 8 shows all three EAGLE trees)
+# step -> the recording it shows (step 1 draws the cost curve; step 8 shows all three EAGLE trees;
+# step 11 shows the batched recording of specviz.lesson_batch, loaded apart: None here)
 STEPS = (
     ("s1", "eagle3-greedy"),
     ("s2", "eagle3-greedy"),
@@ -38,6 +44,7 @@ STEPS = (
     ("s8", "eagle3-greedy"),
     ("s9", "eagle3-greedy"),
     ("s10", "eagle3-60"),
+    ("s11", None),
 )
 N = len(STEPS)
 
@@ -45,6 +52,14 @@ N = len(STEPS)
 @st.cache_resource(show_spinner=False)
 def recordings():
     return LS.load_rounds(), LS.load_machine()
+
+
+@st.cache_resource(show_spinner=False)
+def batch_recording():
+    try:
+        return LB.load()
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 rounds, machine = recordings()
@@ -72,7 +87,8 @@ nav[2].selectbox(tr("lesson.jump"), list(range(1, N + 1)), key="lesson_step", la
                  format_func=lambda i, _lang=L: f"{i}. {t('lesson.' + STEPS[i - 1][0] + '.title', _lang)}")
 step = st.session_state["lesson_step"]
 sid, key = STEPS[step - 1]
-rec = rounds.get(key)
+rec = rounds.get(key) if key else None
+brec = batch_recording() if sid == "s11" else None
 
 st.caption(tr("lesson.step_of", i=step, n=N))
 st.header(tr(f"lesson.{sid}.title"))
@@ -101,6 +117,8 @@ def run_live():
             if sid == "s1":
                 curve = LS.forward_curve(target.model, sizes=(1, 4, 16, 25, 64), context=300, repeats=3)
                 _live_state()[sid] = {"curve": {str(k): 1000 * v for k, v in curve.items()}}
+            elif sid == "s11":
+                _live_state()[sid] = replay_batch(target)
             else:
                 live = LS.replay(target, rec)
                 # exact first; a CPU with other vector arithmetic than the recording's (AVX2 vs AVX-512)
@@ -110,6 +128,21 @@ def run_live():
                                       "diff": exact and LS.differences(rec.trace, live, tol=1e-4)}
     except Exception as e:  # noqa: BLE001 - shown on the page, the recording stays on view
         _live_state()[sid] = {"error": f"{type(e).__name__}: {e}" if not isinstance(e, SpecVizError) else str(e)}
+
+
+def replay_batch(target) -> dict:
+    """Step 11: the batched round again, every user's trace compared with the recording (exact,
+    then to 1e-4 for a CPU with other vector arithmetic than the recording's)."""
+    rnd, _ = LB.run(target, brec.spec)
+    if len(rnd.traces) != len(brec.traces):
+        diff = [f"{len(rnd.traces)} sequences live, {len(brec.traces)} recorded"]
+        return {"batch": True, "exact": False, "diff": diff, "ms": {}}
+
+    def diffs(tol: float) -> list[str]:
+        return [f"{i + 1}: {d}" for i, (a, b) in enumerate(zip(brec.traces, rnd.traces)) for d in LS.differences(a, b, tol=tol)]
+
+    exact = diffs(0.0)
+    return {"batch": True, "exact": not exact, "diff": exact and diffs(1e-4), "ms": dict(d=1000 * rnd.draft_s, v=1000 * rnd.pass_s)}
 
 
 live = _live_state().get(sid)
@@ -255,6 +288,27 @@ elif sid == "s10":
     tree_chart(trace, f"l_tree10{sfx}")
     provenance(rec)
 
+elif sid == "s11":
+    if brec is None:
+        st.error(tr("batch.round_missing"))
+    else:
+        st.markdown(tr("lesson.s11.body", n=len(brec.traces), rows=brec.pass_rows, ms=brec.pass_ms,
+                       sizes=" + ".join(str(len(x.nodes)) for x in brec.traces)))
+        titles = [tr("batch.tree_title", user=tr("batch.user", n=i + 1), c=len(x.committed)) for i, x in enumerate(brec.traces)]
+        st.plotly_chart(batch_trees_figure(brec.traces, L, titles), key="l_batch_trees", config=CFG)
+        st.markdown(f"**{tr('batch.mask_title')}**")
+        st.plotly_chart(batch_mask_figure(brec.traces, L), key="l_batch_mask", config=CFG)
+        shipped = next((r for r in measured.shipped_batch_results() if not r["gpu"]), None)
+        if shipped is not None:
+            cross = crossover_summary(shipped["by_batch"])
+            st.markdown(tr("lesson.s11.curve") + " " + crossover_sentence(shipped, L))
+            st.plotly_chart(throughput_figure(shipped["by_batch"], L, cross["b"] if cross else None, shipped.get("trees")),
+                            key="l_batch_curve", config=CFG)
+            st.caption(report_caption(shipped, L))
+        st.markdown(tr("lesson.s11.more"))
+        st.caption(tr("batch.round_caption", r=brec.spec["round_index"] + 1, m=tr("m." + brec.spec["method"]),
+                      cpu=brec.recorded.get("cpu", "?"), utc=brec.recorded.get("utc", "?")))
+
 # ---------------------------------------------------------------- run it live
 st.divider()
 if st.button(tr("lesson.run_live"), help=tr("lesson.run_live_help"), key=f"lesson_live_{sid}"):
@@ -262,13 +316,17 @@ if st.button(tr("lesson.run_live"), help=tr("lesson.run_live_help"), key=f"lesso
     st.rerun()
 if live and live.get("error"):
     st.error(tr("c.error", err=live["error"]))
-if live and live.get("trace") is not None:
+if live and (live.get("trace") is not None or live.get("batch")):
+    if live.get("batch"):
+        ms, recorded_on = live["ms"], brec.recorded
+    else:
+        ms, recorded_on = dict(d=1000 * live["trace"].draft_time_s, v=1000 * live["trace"].verify_time_s), rec.recorded
     if not live["diff"]:
-        ms = dict(d=1000 * live["trace"].draft_time_s, v=1000 * live["trace"].verify_time_s)
         if live.get("exact"):
             st.success(tr("lesson.live_same", **ms))
         else:
-            st.success(tr("lesson.live_close", rec=rec.recorded.get("numerics", "?"), now=machine_numerics(), **ms))
+            st.success(tr("lesson.live_close", rec=recorded_on.get("numerics", "?"), now=machine_numerics(), **ms))
     else:
         st.error(tr("lesson.live_differs", diff="; ".join(live["diff"][:4])))
-    st.caption(tr("lesson.live_showing"))
+    if not live.get("batch"):
+        st.caption(tr("lesson.live_showing"))

@@ -1,8 +1,8 @@
 """Strings of the guided Lesson (views/lesson.py, specviz/viz/lesson.py)."""
 
 STRINGS: dict[str, tuple[str, str]] = {
-    # ---- the guided lesson (views/lesson.py): ten steps over recorded real rounds
-    "lesson.title": ("Lesson: speculative decoding in ten steps", "课程：十步看懂推测解码（也称投机解码）"),
+    # ---- the guided lesson (views/lesson.py): eleven steps over recorded real rounds
+    "lesson.title": ("Lesson: speculative decoding in eleven steps", "课程：十一步看懂推测解码（也称投机解码）"),
     "lesson.intro": ("Every round below is a real round of the SpecViz engine on SmolLM2-135M with the shipped draft heads, recorded at the papers' tree sizes so nothing waits on this CPU. A test replays each recording live and gets the identical round; the button at each step runs it live here too. Each step names its own settings: the sidebar's do not apply on this page.",
                      "下面每一轮都是 SpecViz 引擎在 SmolLM2-135M 和随附草稿头上真实运行的一轮，按论文中的树大小录制，因此不必等待这台 CPU。测试会实时重放每段录制并得到完全相同的一轮；每一步的按钮也可以在这里实时运行它。每一步都注明了自己的设置：侧边栏的设置不作用于本页。"),
     "lesson.step_of": ("Step {i} of {n}", "第 {i} 步，共 {n} 步"),
@@ -36,7 +36,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "lesson.curve_x": ("tokens in one target pass (N)", "一次目标前向中的 token 数（N）"),
     "lesson.curve_y": ("ms per pass", "每次前向毫秒数"),
     "lesson.tau_round": ("tokens from this round: {c} (accepted {a} + 1)", "本轮产生 token：{c}（接受 {a} 个 + 1）"),
-    # the ten steps: title and narration
+    # the eleven steps: title and narration
     "lesson.s1.title": ("The bottleneck: one token per pass", "瓶颈：每次前向只得到一个 token"),
     "lesson.s1.body": ("A language model writes one token per forward pass, and every pass reads **all** of its weights from memory. For a small batch, reading the weights, not the arithmetic, sets the time: the processor waits on memory. So a pass over several tokens costs little more than a pass over one *when the hardware has arithmetic to spare*, as a GPU does. Speculative decoding spends that spare arithmetic: guess several tokens cheaply, then let the big model check them all in one pass.\n\nOn **this** 2-core CPU in fp32 the spare arithmetic is small: measured here, one token takes {t1:.1f} ms and 25 tokens {t25:.1f} ms ({r25:.1f}x one token), far below 25 separate passes ({n25:.0f} ms) but not free.",
                         "语言模型每次前向只写出一个 token，而每次前向都要从内存读取**全部**权重。批量很小时，决定耗时的是读取权重而不是计算：处理器在等内存。所以*只要硬件还有富余的算力*（GPU 就是这样），一次处理多个 token 的代价几乎和处理一个 token 一样。推测解码正是利用这部分富余算力：先廉价地猜几个 token，再让大模型在一次前向中把它们全部检验。\n\n在**这台** 2 核 CPU 上用 fp32 时，富余算力很少：本机实测一个 token 需 {t1:.1f} 毫秒，25 个 token 需 {t25:.1f} 毫秒（单 token 的 {r25:.1f} 倍），远少于 25 次单独前向（{n25:.0f} 毫秒），但并非免费。"),
@@ -73,6 +73,16 @@ STRINGS: dict[str, tuple[str, str]] = {
     "lesson.s10.body": ("A round pays when the tokens it yields (tau) outweigh its cost in vanilla steps: speedup ≈ tau × t(1) / (t(N) + t_draft). On a GPU, t(N) ≈ t(1) for N up to 60 and EAGLE-3 reaches 3-4x. On **this** 2-core CPU in fp32 extra tokens are **not** free: from the measured curve a 25-node verify costs {r25:.1f}x a one-token step and the 60-node tree {r60:.1f}x, so a round must yield more than that many tokens just to break even. The recorded 60-node round below yielded {c60} tokens. That is why the app's tuner picks much smaller trees here, and why the *Compare* page keeps acceptance (tau) apart from speed on this machine.",
                         "当一轮产生的 token 数（tau）超过它以普通解码步数计的代价时，推测解码才划算：加速比 ≈ tau × t(1) / (t(N) + t_draft)。在 GPU 上，N 不超过 60 时 t(N) ≈ t(1)，EAGLE-3 可达 3-4 倍。在**这台** 2 核 CPU 上用 fp32 时，额外 token **并不**免费：根据实测曲线，验证 25 个节点的代价是单 token 步的 {r25:.1f} 倍，60 个节点是 {r60:.1f} 倍，所以一轮至少要产生这么多 token 才能持平。下面录制的 60 节点轮次产生了 {c60} 个 token。这就是为什么应用的调优器在这里会选小得多的树，也是为什么「比较」页面把接受长度（tau）与本机速度分开展示。"),
     "lesson.s10.pred": ("Predicted on this machine for the rounds above: {rows}", "按本机实测对上面各轮的预测：{rows}"),
+    "lesson.s11.title": ("Many users at once", "同时服务多位用户"),
+    "lesson.s11.body": ("A server rarely decodes one user at a time. Below, {n} users' EAGLE-3 trees (small ones, so all fit on screen: {sizes} = {rows} tokens) go through the target in **one** pass "
+                        "({ms:.0f} ms on the recording machine) under a block-diagonal mask: each tree sees only itself and its own user's text. At B = 1 a tree's extra "
+                        "tokens ride on compute the one sequence leaves idle; in a batch that compute already serves the other users, so every drafted token competes with theirs.",
+                        "服务器很少一次只为一位用户解码。下面 {n} 位用户的 EAGLE-3 树（树很小，以便都能放进屏幕：{sizes} = {rows} 个 token）在**一次**目标前向中处理"
+                        "（录制机器上 {ms:.0f} 毫秒），使用块对角的掩码：每棵树只看到自己和所属用户的文本。B = 1 时，树的额外 token 搭乘单条序列闲置的算力；"
+                        "在批次中，这部分算力已经在为其他用户服务，所以每个草稿 token 都在与他们的 token 争夺算力。"),
+    "lesson.s11.curve": ("Measured with real batched rounds:", "用真实的批处理轮次测得："),
+    "lesson.s11.more": ("The per-user speed, the numbers and a live run on this machine: [When speculation stops paying](/batch).",
+                        "单个用户的速度、具体数字以及在本机实时运行，见[推测解码何时不再划算](/batch)页面。"),
     # ---- the lesson's cost table (specviz/viz/lesson.py)
     "lesson.curve_src": ("{cpu}, {th} threads, fp32 ({w}): the curve of `{file}`, measured on {date} with the machine otherwise idle",
                          "{cpu}，{th} 个线程，fp32（{w}）：曲线来自 `{file}`，于 {date} 在机器空闲时测得"),
