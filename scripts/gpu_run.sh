@@ -19,6 +19,8 @@
 # pieces have all arrived is assembled there (scripts/gpu_stage.py). A task runs the steps its files allow
 # and skips the rest with a note; each step has a time limit, cut further to fit $DEADLINE (seconds this
 # command may use), and one failing step does not stop the next. Results: $OUT (8 files at most).
+# Part 2's bench_batch.json, copied to assets/results/batch_fp32_t0_l8_<gpu>.json, is the GPU curve the
+# page "When speculation stops paying" draws beside the CPU's.
 set -u
 cd "$(dirname "$0")/.."
 REPO=$PWD
