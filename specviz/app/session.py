@@ -9,6 +9,7 @@ import json
 import streamlit as st
 
 from ..engine import SpeculativeDecoder
+from ..step_batcher import batcher
 from . import prefill
 from .figcache import cached
 from .gate import heavy_work
@@ -33,20 +34,19 @@ class Session:
         return self.decoder.done
 
     def step(self):
-        """Run the next round; returns its trace."""
+        """Run the next round; returns its trace. Rounds that other sessions start at the same
+        moment share one target pass with it (specviz.step_batcher): the trace is the same."""
         dec = self.decoder
-        with heavy_work():
-            self.snaps = self.snaps[: len(dec.traces)]
-            self.snaps.append(dec.snapshot())
-            return dec.step()
+        self.snaps = self.snaps[: len(dec.traces)]
+        self.snaps.append(dec.snapshot())
+        return batcher().step(dec, heavy_work)
 
     def replay(self, i: int):
         """Rewind to just before round i and run it again; later rounds are dropped."""
         dec = self.decoder
-        with heavy_work():
-            dec.restore(self.snaps[i])
-            self.snaps = self.snaps[: i + 1]
-            return dec.step()
+        dec.restore(self.snaps[i])
+        self.snaps = self.snaps[: i + 1]
+        return batcher().step(dec, heavy_work)
 
 
 def config_key(s: dict, prompt: str) -> tuple:
