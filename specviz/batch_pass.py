@@ -98,13 +98,7 @@ def _layers_fused(model, parts, tokens, cos, sin, taps, out_taps) -> torch.Tenso
     max_len = i64(*[p.cache.max_len for p in parts])
     work = torch.empty(N * (cfg.hidden_size + model.q_dim + 2 * model.kv_dim + model.q_dim + 3 * model.blocks[0].w2.k))
     layers = len(model.blocks)
-    tap_ptrs = None
-    layer_taps = [i for i in range(layers) if i in taps]
-    if layer_taps:  # x as it enters each tapped layer, copied by the kernel
-        tap_ptrs = (ctypes.c_void_p * layers)()
-        for i in layer_taps:
-            out_taps[i] = torch.empty(1, N, cfg.hidden_size)
-            tap_ptrs[i] = out_taps[i].data_ptr()
+    tap_ptrs = model.tap_buffers(taps, N, out_taps)
     model._lib.layers_forward_batch(model._layer_array, layers, x.data_ptr(), n, T, L, cos.data_ptr(), sin.data_ptr(),
                                     mask_ptrs, kc, vc, stride, max_len, work.data_ptr(), torch.get_num_threads(), tap_ptrs)
     return x[None]

@@ -14,7 +14,6 @@ papers' tree (`eagle3@paper`). With more B than prompts the prompts repeat, so e
 from __future__ import annotations
 
 import sys
-import time
 
 from tqdm import tqdm
 
@@ -67,19 +66,10 @@ def batches(ids: list, B: int) -> list[list]:
 def run_batch(target, make, prompt_ids: list, max_new: int, params: SamplingParams, seed: int) -> dict:
     """Decode one batch; returns its tokens and times (prefill apart: it is not what a round batches)."""
     batch = BatchDecoder.of(target, make, len(prompt_ids), params, seeds=[seed + i for i in range(len(prompt_ids))])
-    batch.start(prompt_ids, max_new, chat=False)
-    t0 = time.perf_counter()
-    ended = {}
-    while not batch.done:
-        batch.step()
-        now = time.perf_counter()
-        for i, d in enumerate(batch.decoders):
-            if d.done and i not in ended:
-                ended[i] = now - t0
-    secs = time.perf_counter() - t0
-    return {"tokens": [list(d.generated) for d in batch.decoders], "seconds": secs,
-            "user_seconds": [ended[i] for i in range(len(batch))],
-            "seq_rounds": [len(d.traces) for d in batch.decoders], "rounds": batch.rounds}
+    results = batch.generate(prompt_ids, max_new, chat=False)  # prefill apart: generate times the rounds
+    return {"tokens": [r.tokens for r in results], "seconds": max(r.seconds for r in results),
+            "user_seconds": [r.seconds for r in results], "seq_rounds": [r.rounds for r in results],
+            "rounds": batch.rounds}
 
 
 def summarise(runs: list[dict], B: int) -> dict:

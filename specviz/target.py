@@ -304,17 +304,24 @@ class TargetModel:
         work = torch.empty(T * (cfg.hidden_size + self.q_dim + 2 * self.kv_dim + self.q_dim + 3 * self.blocks[0].w2.k),
                            device=cpu)
         n = len(self.blocks)
-        tap_ptrs = None
-        layer_taps = [i for i in range(n) if i in taps]
-        if layer_taps:  # x as it enters each tapped layer, copied by the kernel
-            tap_ptrs = (ctypes.c_void_p * n)()
-            for i in layer_taps:
-                out_taps[i] = torch.empty(1, T, cfg.hidden_size, device=cpu)
-                tap_ptrs[i] = out_taps[i].data_ptr()
+        tap_ptrs = self.tap_buffers(taps, T, out_taps)
         self._lib.layers_forward(self._layer_array, n, x.data_ptr(), T, L, cos.data_ptr(), sin.data_ptr(), mptr,
                                  cache.k.data_ptr(), cache.v.data_ptr(), cache.k[0].numel(), cache.max_len, work.data_ptr(),
                                  torch.get_num_threads(), tap_ptrs)
         return x[None]
+
+    def tap_buffers(self, taps, rows: int, out_taps: dict):
+        """For the fused kernel: a [1, rows, H] tensor in `out_taps` per tapped layer (x as it enters
+        that layer, copied by the kernel) and the array of their addresses (None: no layer tapped)."""
+        n = len(self.blocks)
+        layer_taps = [i for i in range(n) if i in taps]
+        if not layer_taps:
+            return None
+        ptrs = (ctypes.c_void_p * n)()
+        for i in layer_taps:
+            out_taps[i] = torch.empty(1, rows, self.cfg.hidden_size)
+            ptrs[i] = out_taps[i].data_ptr()
+        return ptrs
 
     def _layers_torch(self, tokens, cache, cos, sin, tree_mask, taps, out_taps, lib) -> torch.Tensor:
         cfg = self.cfg
