@@ -24,8 +24,8 @@ SOURCE = Path(__file__).parent / "kernels" / "blockmm.cpp"
 FLAGS = ["-O3", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
 
 _lock = threading.Lock()
-_loaded: dict[bool, object] = {}
-_errors: dict[bool, str] = {}
+_loaded: dict[tuple, object] = {}  # (native, isa) -> library or None
+_errors: dict[tuple, str] = {}
 
 
 def _cpu_name() -> str:
@@ -44,12 +44,30 @@ def _compiler() -> str | None:
     return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
 
 
-def build(native: bool = True, folder: Path | None = None) -> Path:
-    """Compile the kernel (cached by source, flags and CPU); `native=False` builds the portable C++ path."""
+# `$SPECVIZ_KERNEL_ISA=avx2` builds the AVX2 + FMA path on a CPU that also has AVX-512, so that path
+# (what a Zen 3 or most laptops run) can be tested and timed anywhere; it gives the same bits.
+ISA_FLAGS = {"native": [], "avx2": ["-mno-avx512f"]}
+
+
+def isa() -> str:
+    """The instruction set the native build targets: 'native' (the widest the CPU has) or 'avx2'."""
+    name = os.environ.get("SPECVIZ_KERNEL_ISA", "native").strip().lower() or "native"
+    if name not in ISA_FLAGS:
+        raise RuntimeError(f"SPECVIZ_KERNEL_ISA must be one of {', '.join(ISA_FLAGS)}, got {name!r}")
+    return name
+
+
+def _key(native: bool, isa_name: str | None) -> tuple:
+    return (True, isa_name or isa()) if native else (False, "portable")
+
+
+def build(native: bool = True, folder: Path | None = None, isa_name: str | None = None) -> Path:
+    """Compile the kernel (cached by source, flags and CPU); `native=False` builds the portable C++ path,
+    `isa_name` ('native', 'avx2'; default `$SPECVIZ_KERNEL_ISA`) the instruction set of a native build."""
     cxx = _compiler()
     if cxx is None:
         raise RuntimeError("no C++ compiler found (install g++ or set $CXX)")
-    flags = FLAGS + (["-march=native"] if native else [])
+    flags = FLAGS + (["-march=native", *ISA_FLAGS[_key(True, isa_name)[1]]] if native else [])
     source = SOURCE.read_bytes()
     key = hashlib.sha256(source + " ".join([cxx, *flags, _cpu_name()]).encode()).hexdigest()[:16]
     folder = Path(folder or cache_root() / "kernels")
@@ -70,18 +88,24 @@ def build(native: bool = True, folder: Path | None = None) -> Path:
     return target
 
 
-def library(native: bool = True):
-    """The loaded kernel library, or None (reason in `error()`) when it cannot be built or is disabled."""
+def library(native: bool = True, isa_name: str | None = None):
+    """The loaded kernel library, or None (reason in `error()`) when it cannot be built or is disabled.
+    `isa_name`: see `build` (a test loads the AVX2 build beside the native one)."""
     if os.environ.get("SPECVIZ_KERNEL", "1") == "0":
         return None
     with _lock:
-        if native in _loaded:
-            return _loaded[native]
+        try:
+            key = _key(native, isa_name)
+        except RuntimeError as e:  # a bad $SPECVIZ_KERNEL_ISA: dense weights, and error() says why
+            _errors[(native, "?")] = str(e)
+            return None
+        if key in _loaded:
+            return _loaded[key]
         lib = None
         try:
             import torch  # noqa: F401  -- load torch's libgomp first so the kernel shares its OpenMP runtime
 
-            lib = ctypes.CDLL(str(build(native)))
+            lib = ctypes.CDLL(str(build(native, isa_name=key[1] if native else None)))
             i64, ptr = ctypes.c_int64, ctypes.c_void_p
             for name in ("q4_1_mm", "q8_0_mm"):
                 fn = getattr(lib, name)
@@ -106,9 +130,9 @@ def library(native: bool = True):
             lib.sort_rows_f32.argtypes = [ptr, ptr, i64, i64, ctypes.c_int]
             lib.sort_rows_f32.restype = None
         except Exception as e:  # no compiler, read-only cache, ...: fall back to dense weights
-            _errors[native] = str(e)
+            _errors[key] = str(e)
             lib = None
-        _loaded[native] = lib
+        _loaded[key] = lib
         return lib
 
 
@@ -139,8 +163,14 @@ class DraftArgs(ctypes.Structure):
 def loaded():
     """The native library if something in this process has loaded it already, else None: helpers
     that merely go faster with it (a sort) never start a compile of their own."""
-    return _loaded.get(True)
+    try:
+        return _loaded.get(_key(True, None))
+    except RuntimeError:
+        return None
 
 
 def error(native: bool = True) -> str | None:
-    return _errors.get(native)
+    try:
+        return _errors.get(_key(native, None))
+    except RuntimeError:
+        return _errors.get((native, "?"))

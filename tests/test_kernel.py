@@ -22,11 +22,31 @@ def random_blocks(kind: str, n: int, k: int, seed: int) -> BlockWeight:
     return BlockWeight(kind, qs, (torch.rand(n, nb, generator=g) * 0.01).half().float())
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["native", "portable"])
+def _cpu_flags() -> set[str]:
+    import os
+
+    return set(open("/proc/cpuinfo").read().split()) if os.path.exists("/proc/cpuinfo") else set()
+
+
+def avx2_build():
+    """The AVX2 + FMA build (what a Zen 3 or most laptops run) on a CPU that also has AVX-512, so its
+    own code path is tested here too (on an AVX2-only CPU the native build is that path already)."""
+    flags = _cpu_flags()
+    if "avx512f" not in flags or not {"avx2", "fma"} <= flags:
+        pytest.skip("the AVX2 build is the native one here, or this CPU has no AVX2 + FMA")
+    lib = qkernel.library(isa_name="avx2")
+    assert lib is not None and lib.blockmm_simd() == 256
+    return lib
+
+
+@pytest.fixture(scope="module", params=["native", "avx2", "portable"])
 def lib(request):
-    lib = qkernel.library(native=request.param)
-    assert lib is not None, qkernel.error(request.param)
-    if request.param is False:
+    if request.param == "avx2":
+        return avx2_build()
+    native = request.param == "native"
+    lib = qkernel.library(native=native)
+    assert lib is not None, qkernel.error(native)
+    if not native:
         assert lib.blockmm_has_avx512() == 0  # the portable path really is the other code path
     return lib
 
@@ -112,7 +132,7 @@ def test_a_failing_compiler_is_reported_not_raised_into_the_runtime(tmp_path, mo
         qkernel.build(folder=tmp_path)
     assert not list(tmp_path.glob("*.so"))  # no half-written library left behind
     monkeypatch.setattr(qkernel, "_loaded", {})
-    monkeypatch.setattr(qkernel, "build", lambda native=True: (_ for _ in ()).throw(RuntimeError("no compiler")))
+    monkeypatch.setattr(qkernel, "build", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no compiler")))
     assert qkernel.library() is None and "no compiler" in qkernel.error()
 
 
@@ -283,14 +303,16 @@ def _simd_order_reference(bw: BlockWeight, x: torch.Tensor) -> torch.Tensor:
     return t8[..., 0] + t8[..., 1]
 
 
+@pytest.mark.parametrize("build", ["native", "avx2"])
 @pytest.mark.parametrize("kind", ["q4_1", "q8_0"])
-def test_vector_paths_sum_in_one_order(kind):
+def test_vector_paths_sum_in_one_order(kind, build):
     """AVX-512 and AVX2 (+FMA) builds give the same bits: both equal the emulated order exactly,
-    so a lesson recorded on one CPU replays identically on the other."""
-    lib = qkernel.library(native=True)
+    so a lesson recorded on one CPU replays identically on the other. The token counts reach every
+    tile: AVX2 sweeps a row's blocks once up to 3 tokens and twice from 4 (8 = 4 + 4)."""
+    lib = avx2_build() if build == "avx2" else qkernel.library(native=True)
     if lib is None or lib.blockmm_simd() == 0:
         pytest.skip("this CPU has neither AVX-512 nor AVX2 + FMA: the plain C++ path sums in another order")
-    for tokens in (1, 3, 4, 8):
+    for tokens in (1, 2, 3, 4, 5, 6, 8):
         bw = random_blocks(kind, 37, 160, seed=10 + tokens)
         x = torch.randn(tokens, 160, generator=torch.Generator().manual_seed(tokens))
         assert torch.equal(bw.matmul(x, lib), _simd_order_reference(bw, x)), (kind, tokens)
@@ -299,11 +321,10 @@ def test_vector_paths_sum_in_one_order(kind):
 def test_native_build_uses_the_widest_vector_path_the_cpu_has():
     """An AVX2 CPU without AVX-512 (Zen 3, most laptops) must not fall back to the plain loops
     (4x slower per token there, measured on a Zen 3 VM)."""
-    flags = open("/proc/cpuinfo").read() if __import__("os").path.exists("/proc/cpuinfo") else ""
     lib = qkernel.library(native=True)
     assert lib is not None, qkernel.error(True)
-    words = set(flags.split())
-    expect = 512 if "avx512f" in words else 256 if {"avx2", "fma"} <= words else 0
+    words = _cpu_flags()
+    expect = 512 if "avx512f" in words and qkernel.isa() == "native" else 256 if {"avx2", "fma"} <= words else 0
     assert lib.blockmm_simd() == expect
     assert qkernel.library(native=False).blockmm_simd() == 0
 

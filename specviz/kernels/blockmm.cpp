@@ -106,6 +106,14 @@ struct Q41 {
         lo = {f(l), f(_mm_srli_si128(l, 8))};
         hi = {f(h), f(_mm_srli_si128(h, 8))};
     }
+    // half `part` of the above (lanes 8 part .. 8 part + 7 of lo and of hi): bytes 8 part .. 8 part + 7
+    static inline void decode_half(const Q* q, const float* s, int part, __m256& lo, __m256& hi) {
+        const __m256 d = _mm256_set1_ps(s[0]), m = _mm256_set1_ps(s[1]);
+        const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8 * part)), low4 = _mm_set1_epi8(15);
+        auto f = [&](__m128i b) { return _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b))), m); };
+        lo = f(_mm_and_si128(raw, low4));
+        hi = f(_mm_and_si128(_mm_srli_epi16(raw, 4), low4));
+    }
 #endif
     static inline void decode(const Q* q, const float* s, float* lo, float* hi) {
         for (int j = 0; j < 16; ++j) {
@@ -132,6 +140,14 @@ struct Q80 {
         };
         lo = {f(q), f(q + 8)};
         hi = {f(q + 16), f(q + 24)};
+    }
+    static inline void decode_half(const Q* q, const float* s, int part, __m256& lo, __m256& hi) {
+        const __m256 d = _mm256_set1_ps(s[0]);
+        auto f = [&](const Q* p) {
+            return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
+        };
+        lo = f(q + 8 * part);
+        hi = f(q + 16 + 8 * part);
     }
 #endif
     static inline void decode(const Q* q, const float* s, float* lo, float* hi) {
@@ -168,7 +184,8 @@ inline void tile(const float* x, int64_t K, const typename D::Q* qs, const float
         for (int t = 0; t < TT; ++t) lo[r][t] = hi[r][t] = vzero();
     for (int64_t b = 0; b < nb; ++b) {
         V16 wlo[R], whi[R];
-        if constexpr (R > 1) {  // rows are read side by side, which the hardware prefetcher misses
+        if constexpr (R > 1 || BLOCKMM_SIMD == 256) {  // rows side by side, which the hardware prefetcher
+            // misses; and the AVX2 build's one row (without it a one-token pass waited on memory: 2.4x slower)
             _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(q[0]) + ahead_q + b * R * D::QB * sizeof(*q[0])),
                          _MM_HINT_T0);
             _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(s[0]) + ahead_s + b * R * D::SB * 4),
@@ -197,18 +214,73 @@ inline void tile(const float* x, int64_t K, const typename D::Q* qs, const float
         for (int t = 0; t < TT; ++t) y[t * ldy + n0 + r] = vsum(vadd(lo[r][t], hi[r][t]));
 }
 
+#if BLOCKMM_SIMD == 256
+// The AVX2 tile in two sweeps over the row's blocks: lanes 0-7 of both 16-lane halves of every block,
+// then lanes 8-15 (the row's blocks are in L1 for the second sweep). Each lane's sum is the same chain
+// of multiply-adds in block order as in `tile`, and the 16 lanes reduce as vsum does, so the bits are
+// the same; but a token needs 2 accumulator registers in a sweep instead of 4, so 6 tokens fit in the
+// 16 registers with the weights (`tile` spilled its accumulators to memory beyond 3 tokens).
+template <class D, int TT>
+inline void tile_sweeps(const float* x, int64_t K, const typename D::Q* qs, const float* sc, int64_t n0, float* y,
+                        int64_t ldy) {
+    const int64_t nb = K / 32;
+    const typename D::Q* q = qs + n0 * nb * D::QB;
+    const float* s = sc + n0 * nb * D::SB;
+    const uintptr_t ahead_q = PREFETCH_TILES * nb * D::QB * sizeof(*q), ahead_s = PREFETCH_TILES * nb * D::SB * 4;
+    __m256 lo_first[TT], hi_first[TT];
+    for (int part = 0; part < 2; ++part) {
+        __m256 lo[TT], hi[TT];
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; ++t) lo[t] = hi[t] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            if (part == 0) {  // the hardware prefetcher alone left a one-token pass waiting on memory
+                _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(q) + ahead_q + b * D::QB * sizeof(*q)),
+                             _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(s) + ahead_s + b * D::SB * 4),
+                             _MM_HINT_T0);
+            }
+            __m256 wlo, whi;
+            D::decode_half(q + b * D::QB, s + b * D::SB, part, wlo, whi);
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; ++t) {
+                const float* xt = x + t * K + b * 32 + 8 * part;
+                lo[t] = _mm256_fmadd_ps(_mm256_loadu_ps(xt), wlo, lo[t]);
+                hi[t] = _mm256_fmadd_ps(_mm256_loadu_ps(xt + 16), whi, hi[t]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; ++t) {
+            if (part == 0) {
+                lo_first[t] = lo[t];
+                hi_first[t] = hi[t];
+            } else {
+                y[t * ldy + n0] = vsum(vadd(V16{lo_first[t], lo[t]}, V16{hi_first[t], hi[t]}));
+            }
+        }
+    }
+}
+#endif
+
 // Row tiles of TILE_ROWS (the last rows one by one) for TT tokens.
 template <class D, int TT>
 void rows(const float* x, int64_t K, const typename D::Q* qs, const float* sc, int64_t n0, int64_t n1, float* y,
           int64_t ldy) {
-    // AVX-512: 2 R TT accumulators + 2 R weights + 2 x, up to TT = 6 in 32 registers; AVX2 holds
-    // half as many lanes in half as many registers: one row, and beyond 3 tokens the accumulators
-    // spill to L1, which still beats decoding the blocks again (measured on Zen 3: 4 tokens 21%,
-    // 6 tokens 13% faster than groups of 3)
-    constexpr int R = BLOCKMM_SIMD == 512 ? 2 : 1;
+#if BLOCKMM_SIMD == 256
+    // up to 3 tokens (4 TT + 4 registers) one sweep decodes each block once; beyond, two sweeps
+    // (measured on this path: 4 tokens 7% and 6 tokens 17% faster than one spilling sweep)
+    for (int64_t n = n0; n < n1; ++n) {
+        if constexpr (TT <= 3)
+            tile<D, 1, TT>(x, K, qs, sc, n, y, ldy);
+        else
+            tile_sweeps<D, TT>(x, K, qs, sc, n, y, ldy);
+    }
+#else
+    // AVX-512: 2 R TT accumulators + 2 R weights + 2 x, up to TT = 6 in 32 registers
+    constexpr int R = 2;
     int64_t n = n0;
     for (; n + R <= n1; n += R) tile<D, R, TT>(x, K, qs, sc, n, y, ldy);
     for (; n < n1; ++n) tile<D, 1, TT>(x, K, qs, sc, n, y, ldy);
+#endif
 }
 constexpr int MAX_TOKENS = 6;  // tokens in one register tile
 #else  // portable: 16-lane arrays the compiler vectorises with whatever the CPU has
