@@ -129,6 +129,8 @@ def library(native: bool = True, isa_name: str | None = None):
             lib.softmax_top_rows.restype = None
             lib.sort_rows_f32.argtypes = [ptr, ptr, i64, i64, ctypes.c_int]
             lib.sort_rows_f32.restype = None
+            lib.argmax_rows.argtypes = [ptr, i64, i64, ptr]
+            lib.argmax_rows.restype = None
         except Exception as e:  # no compiler, read-only cache, ...: fall back to dense weights
             _errors[key] = str(e)
             lib = None

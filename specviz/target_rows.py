@@ -18,7 +18,20 @@ from typing import Callable
 
 import torch
 
+from . import qkernel
 from .sampling import SamplingParams, probs
+
+
+def argmax_rows(logits: torch.Tensor) -> list[int]:
+    """torch.argmax of each row (the first largest entry, or the first NaN), in the compiled kernel
+    for fp32 CPU rows when it is loaded (a torch op here cost ~60 us a row in a decode round)."""
+    lib = qkernel.loaded()
+    if lib is not None and logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.dim() == 2:
+        x = logits.contiguous()
+        out = torch.empty(x.shape[0], dtype=torch.long)
+        lib.argmax_rows(x.data_ptr(), x.shape[0], x.shape[1], out.data_ptr())
+        return out.tolist()
+    return logits.argmax(-1).tolist()
 
 
 class RowView:
@@ -87,9 +100,11 @@ class TargetRows:
 
     def _store(self, missing: list[int], logits: torch.Tensor) -> None:
         if self.params.greedy:  # one argmax serves p (one-hot) and the walk
-            idx = logits.argmax(-1, keepdim=True)
-            p = torch.zeros_like(logits, dtype=torch.float32).scatter_(-1, idx, 1.0)
-            self._best.update(zip(missing, idx[:, 0].tolist()))
+            best = argmax_rows(logits)
+            p = torch.zeros(len(missing), logits.shape[-1], dtype=torch.float32, device=logits.device)
+            for r, b in enumerate(best):
+                p[r, b] = 1.0
+            self._best.update(zip(missing, best))
         else:
             p = probs(logits, self.params)  # WARPED target distributions (temperature, top-k, top-p)
         raw = logits.softmax(-1) if self.want_raw else None

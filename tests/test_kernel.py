@@ -347,3 +347,22 @@ def test_softmax_top_rows_matches_float64(lib, temperature, with_ids):
     v, i = want.topk(k, dim=-1)
     torch.testing.assert_close(top_v.double(), v, atol=1e-7, rtol=1e-5)
     assert torch.equal(top_i, ids[i] if with_ids else i)
+
+
+def test_argmax_rows_is_torch_argmax(lib):
+    """The greedy walk's argmax in the kernel: the first largest entry (ties), the first NaN, rows of
+    -inf, short rows and rows that are not a multiple of the vector width, as torch.argmax."""
+    g = torch.Generator().manual_seed(3)
+    cases = [torch.randn(4, 49152, generator=g), torch.randn(3, 37, generator=g), torch.randn(2, 5, generator=g),
+             torch.full((2, 40), float("-inf")), torch.randint(0, 3, (6, 100), generator=g).float()]
+    nan = torch.randn(3, 70, generator=g)
+    nan[0, 50], nan[1, 3], nan[1, 60] = float("nan"), float("nan"), float("nan")
+    cases.append(nan)
+    late = torch.zeros(2, 64)
+    late[0, 63] = late[0, 47] = 1.0  # the largest twice, in different lanes: the first one
+    late[1, 17] = late[1, 1] = 2.0
+    cases.append(late)
+    for x in cases:
+        got = torch.empty(x.shape[0], dtype=torch.long)
+        lib.argmax_rows(x.contiguous().data_ptr(), x.shape[0], x.shape[1], got.data_ptr())
+        assert got.tolist() == x.argmax(-1).tolist(), x.shape

@@ -1183,3 +1183,59 @@ void sort_rows_f32(const float* in, float* out, int64_t rows, int64_t n, int thr
 }
 
 }  // extern "C"
+
+// out[r] = the index of the first largest entry of row r (n floats), or of its first NaN: what
+// torch.argmax returns. Why here: a greedy round's argmax over the 49k logits ran as a torch op right
+// after the LM head, ~60 us with the dispatcher's data cold after the weights streamed through the
+// caches; this is one vector pass over the row while it is still in L2. Each lane keeps its first
+// largest entry (replaced only by a strictly larger one), and the lanes holding the largest value
+// give the smallest index: the first largest entry of the row.
+extern "C" void argmax_rows(const float* x, int64_t rows, int64_t n, int64_t* out) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* p = x + r * n;
+        int64_t j = 0, best = 0;
+        bool nan = false;
+        float mx = -INFINITY;
+        bool found = false;
+#if defined(__AVX512F__)
+        if (n >= 16) {
+            __m512 m = _mm512_set1_ps(-INFINITY);
+            __m512i at = _mm512_setzero_si512(), idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+            const __m512i step = _mm512_set1_epi32(16);
+            __mmask16 unordered = 0;
+            for (; j + 16 <= n; j += 16) {
+                const __m512 v = _mm512_loadu_ps(p + j);
+                unordered |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                const __mmask16 up = _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ);
+                m = _mm512_mask_mov_ps(m, up, v);
+                at = _mm512_mask_mov_epi32(at, up, idx);
+                idx = _mm512_add_epi32(idx, step);
+            }
+            nan = unordered != 0;
+            mx = _mm512_reduce_max_ps(m);
+            // the smallest index among the lanes that hold the largest value (-1 marks the others)
+            const __mmask16 top = _mm512_cmp_ps_mask(m, _mm512_set1_ps(mx), _CMP_EQ_OQ);
+            alignas(64) int32_t lane_at[16];
+            _mm512_store_si512(lane_at, _mm512_mask_mov_epi32(_mm512_set1_epi32(-1), top, at));
+            int64_t first = n;
+            for (int32_t a : lane_at)
+                if (a >= 0 && a < first) first = a;
+            best = first;
+            found = true;
+        }
+#endif
+        for (; j < n; ++j) {
+            nan |= p[j] != p[j];
+            if (!found || p[j] > mx) {
+                mx = p[j];
+                best = j;
+                found = true;
+            }
+        }
+        if (nan) {
+            best = 0;
+            while (p[best] == p[best]) ++best;
+        }
+        out[r] = best;
+    }
+}
