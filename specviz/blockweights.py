@@ -30,6 +30,10 @@ class BlockWeight:
 
     def __post_init__(self):
         self.qs, self.scales = self.qs.contiguous(), self.scales.contiguous()
+        if self.kind == "q4_1":
+            d = self.scales[..., 0]
+            if not torch.equal(d, d.half().float()):  # the kernel's decode is exact only for these (blockmm.cpp, Q41)
+                raise ValueError("Q4_1 scales must be fp16 values, as GGUF stores them")
         self.n, self.k = self.qs.shape[0], self.qs.shape[1] * BLOCK
         self._ptrs = (self.qs.data_ptr(), self.scales.data_ptr())  # the tensors live as long as self
 

@@ -82,27 +82,31 @@ inline float vsum(V16 x) {
 #endif
 #endif
 
+// Q4_1's scale d is an fp16 value (GGUF stores it so; BlockWeight checks it): d has 11 significant
+// bits and q <= 15 has 4, so d*q is exact in fp32 and one fused multiply-add d*q + m rounds once,
+// exactly where gguf-py's multiply then add rounds (its multiply does not round). Same weights, one
+// instruction fewer per 8 or 16 of them (the AVX2 one-token pass, bound by these instructions, 14% faster).
 struct Q41 {
     using Q = uint8_t;
     static constexpr int64_t QB = 16, SB = 2;  // 32 nibbles; d, m
 #if BLOCKMM_SIMD == 512
-    // The 16 values a nibble can stand for, d*q + m for q = 0..15 (the same two roundings), looked
-    // up per lane: one multiply and one add per block instead of one per half, and no conversions.
+    // The 16 values a nibble can stand for, d*q + m for q = 0..15, looked up per lane: one
+    // multiply-add per block instead of one per half, and no conversions.
     static inline void decode(const Q* q, const float* s, V16& lo, V16& hi) {
         const __m512 nibbles = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        const __m512 table = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(s[0]), nibbles), _mm512_set1_ps(s[1]));
+        const __m512 table = _mm512_fmadd_ps(_mm512_set1_ps(s[0]), nibbles, _mm512_set1_ps(s[1]));
         const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
         // permutexvar reads only the low 4 bits of each index: no masking needed
         lo.v = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(raw), table);
         hi.v = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_srli_epi16(raw, 4)), table);
     }
 #elif BLOCKMM_SIMD == 256
-    // d*q + m with the same two roundings as the table above, eight lanes at a time
+    // d*q + m as in the table above, eight lanes at a time
     static inline void decode(const Q* q, const float* s, V16& lo, V16& hi) {
         const __m256 d = _mm256_set1_ps(s[0]), m = _mm256_set1_ps(s[1]);
         const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), low4 = _mm_set1_epi8(15);
         const __m128i l = _mm_and_si128(raw, low4), h = _mm_and_si128(_mm_srli_epi16(raw, 4), low4);
-        auto f = [&](__m128i b) { return _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b))), m); };
+        auto f = [&](__m128i b) { return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), m); };
         lo = {f(l), f(_mm_srli_si128(l, 8))};
         hi = {f(h), f(_mm_srli_si128(h, 8))};
     }
@@ -110,7 +114,7 @@ struct Q41 {
     static inline void decode_half(const Q* q, const float* s, int part, __m256& lo, __m256& hi) {
         const __m256 d = _mm256_set1_ps(s[0]), m = _mm256_set1_ps(s[1]);
         const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8 * part)), low4 = _mm_set1_epi8(15);
-        auto f = [&](__m128i b) { return _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b))), m); };
+        auto f = [&](__m128i b) { return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), m); };
         lo = f(_mm_and_si128(raw, low4));
         hi = f(_mm_and_si128(_mm_srli_epi16(raw, 4), low4));
     }
