@@ -366,3 +366,16 @@ def test_argmax_rows_is_torch_argmax(lib):
         got = torch.empty(x.shape[0], dtype=torch.long)
         lib.argmax_rows(x.contiguous().data_ptr(), x.shape[0], x.shape[1], got.data_ptr())
         assert got.tolist() == x.argmax(-1).tolist(), x.shape
+
+
+def test_q4_1_blocks_need_fp16_scales():
+    """The kernel decodes a Q4_1 weight as one fused multiply-add d*q + m, which equals gguf-py's
+    rounding only when d*q is exact: d an fp16 value, as GGUF stores it. Other scales are refused."""
+    ok = random_blocks("q4_1", 4, 64, seed=0)
+    bad = ok.scales.clone()
+    bad[0, 0, 0] = 0.1  # not an fp16 value
+    with pytest.raises(ValueError, match="fp16"):
+        BlockWeight("q4_1", ok.qs, bad)
+    d = ok.scales[..., 0].double()
+    q = torch.arange(16, dtype=torch.float64)
+    assert torch.equal((d[..., None] * q).float().double(), d[..., None] * q)  # every d*q exact in fp32
