@@ -133,3 +133,14 @@ def test_relative_links_resolve(path):
 def test_docs_exist():
     names = {p.name for p in DOCS}
     assert {"teaching.md", "runtime.md", "tuning.md", "results-history.md"} <= names
+
+
+def test_every_shipped_result_file_is_described():
+    """assets/results/README.md says what command and conditions made each result file (a file the
+    table does not name is a number nobody can reproduce), and names no file that is not there."""
+    folder = ROOT / "assets" / "results"
+    text = (folder / "README.md").read_text()
+    named = set(re.findall(r"^\| `([^`]+\.json)` \|", text, re.M))
+    shipped = {f.name for f in folder.glob("*.json")}
+    assert shipped - named == set(), "describe these in assets/results/README.md"
+    assert named - shipped == set(), "these are described but not shipped"
