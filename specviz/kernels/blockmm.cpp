@@ -1227,6 +1227,31 @@ extern "C" void argmax_rows(const float* x, int64_t rows, int64_t n, int64_t* ou
             best = first;
             found = true;
         }
+#elif BLOCKMM_SIMD == 256
+        if (n >= 8) {
+            __m256 m = _mm256_set1_ps(-INFINITY), unordered = _mm256_setzero_ps();
+            __m256i at = _mm256_setzero_si256(), idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            const __m256i step = _mm256_set1_epi32(8);
+            for (; j + 8 <= n; j += 8) {
+                const __m256 v = _mm256_loadu_ps(p + j);
+                unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+                const __m256 up = _mm256_cmp_ps(v, m, _CMP_GT_OQ);
+                m = _mm256_blendv_ps(m, v, up);
+                at = _mm256_blendv_epi8(at, idx, _mm256_castps_si256(up));
+                idx = _mm256_add_epi32(idx, step);
+            }
+            nan = _mm256_movemask_ps(unordered) != 0;
+            alignas(32) float lane_max[8];
+            alignas(32) int32_t lane_at[8];
+            _mm256_store_ps(lane_max, m);
+            _mm256_store_si256(reinterpret_cast<__m256i*>(lane_at), at);
+            for (float v : lane_max) mx = v > mx ? v : mx;
+            int64_t first = n;
+            for (int l = 0; l < 8; ++l)
+                if (lane_max[l] == mx && lane_at[l] < first) first = lane_at[l];
+            best = first;
+            found = true;
+        }
 #endif
         for (; j < n; ++j) {
             nan |= p[j] != p[j];
