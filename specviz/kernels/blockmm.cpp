@@ -11,8 +11,8 @@
 // of 2 rows x up to 6 tokens: each block is decoded once per row and each slice of x loaded once
 // for both rows; one token (decoding) stays bound by memory, which software prefetch keeps busy.
 // About 70% of the FMA peak of a Zen 4 core at 6 tokens. With AVX2 + FMA (no AVX-512: Zen 3, most
-// laptops) the same tile runs on pairs of 8-lane registers, 1 row x up to 6 tokens, and gives the
-// same bits; only without either do the plain C++ loops below run (6-10x slower than AVX2 there).
+// laptops) the same tile runs on pairs of 8-lane registers, 1 row x up to 3 tokens (4 to 6 tokens in
+// two sweeps of the row, `tile_sweeps`), and gives the same bits; only without either do the plain C++ loops below run (6-10x slower than AVX2 there).
 // The tile only regroups work: every sum keeps its order.
 //
 // Layouts (row n = output feature, nb = K / 32 blocks per row):
@@ -85,7 +85,7 @@ inline float vsum(V16 x) {
 // Q4_1's scale d is an fp16 value (GGUF stores it so; BlockWeight checks it): d has 11 significant
 // bits and q <= 15 has 4, so d*q is exact in fp32 and one fused multiply-add d*q + m rounds once,
 // exactly where gguf-py's multiply then add rounds (its multiply does not round). Same weights, one
-// instruction fewer per 8 or 16 of them (the AVX2 one-token pass, bound by these instructions, 14% faster).
+// instruction fewer per 8 or 16 of them, which an AVX2 one-token pass is bound by (docs/runtime.md).
 struct Q41 {
     using Q = uint8_t;
     static constexpr int64_t QB = 16, SB = 2;  // 32 nibbles; d, m
@@ -189,7 +189,7 @@ inline void tile(const float* x, int64_t K, const typename D::Q* qs, const float
     for (int64_t b = 0; b < nb; ++b) {
         V16 wlo[R], whi[R];
         if constexpr (R > 1 || BLOCKMM_SIMD == 256) {  // rows side by side, which the hardware prefetcher
-            // misses; and the AVX2 build's one row (without it a one-token pass waited on memory: 2.4x slower)
+            // misses; and the AVX2 build's one row, whose one-token pass otherwise waited on memory
             _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(q[0]) + ahead_q + b * R * D::QB * sizeof(*q[0])),
                          _MM_HINT_T0);
             _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(s[0]) + ahead_s + b * R * D::SB * 4),
@@ -271,7 +271,7 @@ void rows(const float* x, int64_t K, const typename D::Q* qs, const float* sc, i
           int64_t ldy) {
 #if BLOCKMM_SIMD == 256
     // up to 3 tokens (4 TT + 4 registers) one sweep decodes each block once; beyond, two sweeps
-    // (measured on this path: 4 tokens 7% and 6 tokens 17% faster than one spilling sweep)
+    // beat one sweep that spills its accumulators (docs/runtime.md)
     for (int64_t n = n0; n < n1; ++n) {
         if constexpr (TT <= 3)
             tile<D, 1, TT>(x, K, qs, sc, n, y, ldy);
@@ -1190,8 +1190,8 @@ void sort_rows_f32(const float* in, float* out, int64_t rows, int64_t n, int thr
 
 // out[r] = the index of the first largest entry of row r (n floats), or of its first NaN: what
 // torch.argmax returns. Why here: a greedy round's argmax over the 49k logits ran as a torch op right
-// after the LM head, ~60 us with the dispatcher's data cold after the weights streamed through the
-// caches; this is one vector pass over the row while it is still in L2. Each lane keeps its first
+// after the LM head, with the dispatcher's code and data cold after the weights streamed through the
+// caches; this is one vector pass over the row. Each lane keeps its first
 // largest entry (replaced only by a strictly larger one), and the lanes holding the largest value
 // give the smallest index: the first largest entry of the row.
 extern "C" void argmax_rows(const float* x, int64_t rows, int64_t n, int64_t* out) {
