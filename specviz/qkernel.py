@@ -50,11 +50,9 @@ ISA_FLAGS = {"native": [], "avx2": ["-mno-avx512f"]}
 
 
 def isa() -> str:
-    """The instruction set the native build targets: 'native' (the widest the CPU has) or 'avx2'."""
-    name = os.environ.get("SPECVIZ_KERNEL_ISA", "native").strip().lower() or "native"
-    if name not in ISA_FLAGS:
-        raise RuntimeError(f"SPECVIZ_KERNEL_ISA must be one of {', '.join(ISA_FLAGS)}, got {name!r}")
-    return name
+    """The instruction set the native build targets: 'native' (the widest the CPU has) or 'avx2'
+    (`build` refuses any other value, and `error()` says so)."""
+    return os.environ.get("SPECVIZ_KERNEL_ISA", "native").strip().lower() or "native"
 
 
 def _key(native: bool, isa_name: str | None) -> tuple:
@@ -67,7 +65,10 @@ def build(native: bool = True, folder: Path | None = None, isa_name: str | None 
     cxx = _compiler()
     if cxx is None:
         raise RuntimeError("no C++ compiler found (install g++ or set $CXX)")
-    flags = FLAGS + (["-march=native", *ISA_FLAGS[_key(True, isa_name)[1]]] if native else [])
+    name = _key(True, isa_name)[1]
+    if native and name not in ISA_FLAGS:
+        raise RuntimeError(f"SPECVIZ_KERNEL_ISA must be one of {', '.join(ISA_FLAGS)}, got {name!r}")
+    flags = FLAGS + (["-march=native", *ISA_FLAGS[name]] if native else [])
     source = SOURCE.read_bytes()
     key = hashlib.sha256(source + " ".join([cxx, *flags, _cpu_name()]).encode()).hexdigest()[:16]
     folder = Path(folder or cache_root() / "kernels")
@@ -94,11 +95,7 @@ def library(native: bool = True, isa_name: str | None = None):
     if os.environ.get("SPECVIZ_KERNEL", "1") == "0":
         return None
     with _lock:
-        try:
-            key = _key(native, isa_name)
-        except RuntimeError as e:  # a bad $SPECVIZ_KERNEL_ISA: dense weights, and error() says why
-            _errors[(native, "?")] = str(e)
-            return None
+        key = _key(native, isa_name)
         if key in _loaded:
             return _loaded[key]
         lib = None
@@ -131,7 +128,7 @@ def library(native: bool = True, isa_name: str | None = None):
             lib.sort_rows_f32.restype = None
             lib.argmax_rows.argtypes = [ptr, i64, i64, ptr]
             lib.argmax_rows.restype = None
-        except Exception as e:  # no compiler, read-only cache, ...: fall back to dense weights
+        except Exception as e:  # no compiler, read-only cache, a bad ISA name...: fall back to dense weights
             _errors[key] = str(e)
             lib = None
         _loaded[key] = lib
@@ -165,14 +162,8 @@ class DraftArgs(ctypes.Structure):
 def loaded():
     """The native library if something in this process has loaded it already, else None: helpers
     that merely go faster with it (a sort) never start a compile of their own."""
-    try:
-        return _loaded.get(_key(True, None))
-    except RuntimeError:
-        return None
+    return _loaded.get(_key(True, None))
 
 
 def error(native: bool = True) -> str | None:
-    try:
-        return _errors.get(_key(native, None))
-    except RuntimeError:
-        return _errors.get((native, "?"))
+    return _errors.get(_key(native, None))

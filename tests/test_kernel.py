@@ -8,6 +8,7 @@ import torch
 
 from specviz import qkernel
 from specviz.blockweights import BlockWeight, _head_orders, _match
+from specviz.machine import cpuinfo_field
 
 
 def random_blocks(kind: str, n: int, k: int, seed: int) -> BlockWeight:
@@ -23,9 +24,7 @@ def random_blocks(kind: str, n: int, k: int, seed: int) -> BlockWeight:
 
 
 def _cpu_flags() -> set[str]:
-    import os
-
-    return set(open("/proc/cpuinfo").read().split()) if os.path.exists("/proc/cpuinfo") else set()
+    return set(cpuinfo_field("flags").split())
 
 
 def avx2_build():

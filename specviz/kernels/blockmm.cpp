@@ -163,6 +163,16 @@ struct Q80 {
 };
 
 #if BLOCKMM_SIMD
+// Prefetch block b of the R rows PREFETCH_TILES tiles further on than the R rows at q, s: one slice of
+// them per block, so the next rows are in cache when their tile starts (addresses only: prefetches
+// never fault, even past the last row).
+template <class D, int R>
+inline void prefetch_ahead(const typename D::Q* q, const float* s, int64_t nb, int64_t b) {
+    const uintptr_t ahead = PREFETCH_TILES * R * nb + b * R;  // in blocks (integer addresses: no pointer past the end)
+    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(q) + ahead * D::QB * sizeof(*q)), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(s) + ahead * D::SB * sizeof(*s)), _MM_HINT_T0);
+}
+
 // y[t, n] for R rows from n0 and TT tokens: a register tile of R x TT x 2 accumulators. Each block
 // of the R rows is decoded once and each 16-float half of a token's x is loaded once for all R
 // rows, so a block costs R decodes + 2 TT loads for 2 R TT multiply-adds (R = 1 loads once per
@@ -179,8 +189,6 @@ inline void tile(const float* x, int64_t K, const typename D::Q* qs, const float
         q[r] = qs + (n0 + r) * nb * D::QB;
         s[r] = sc + (n0 + r) * nb * D::SB;
     }
-    // the rows PREFETCH_TILES tiles further on, a slice per block (addresses only: prefetches never fault)
-    const uintptr_t ahead_q = PREFETCH_TILES * R * nb * D::QB * sizeof(*q[0]), ahead_s = PREFETCH_TILES * R * nb * D::SB * 4;
     V16 lo[R][TT], hi[R][TT];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
@@ -188,13 +196,9 @@ inline void tile(const float* x, int64_t K, const typename D::Q* qs, const float
         for (int t = 0; t < TT; ++t) lo[r][t] = hi[r][t] = vzero();
     for (int64_t b = 0; b < nb; ++b) {
         V16 wlo[R], whi[R];
-        if constexpr (R > 1 || BLOCKMM_SIMD == 256) {  // rows side by side, which the hardware prefetcher
-            // misses; and the AVX2 build's one row, whose one-token pass otherwise waited on memory
-            _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(q[0]) + ahead_q + b * R * D::QB * sizeof(*q[0])),
-                         _MM_HINT_T0);
-            _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(s[0]) + ahead_s + b * R * D::SB * 4),
-                         _MM_HINT_T0);
-        }
+        // rows side by side, which the hardware prefetcher misses; and the AVX2 build's one row, whose
+        // one-token pass otherwise waited on memory
+        if constexpr (R > 1 || BLOCKMM_SIMD == 256) prefetch_ahead<D, R>(q[0], s[0], nb, b);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) D::decode(q[r] + b * D::QB, s[r] + b * D::SB, wlo[r], whi[r]);
 #pragma GCC unroll 8
@@ -230,19 +234,13 @@ inline void tile_sweeps(const float* x, int64_t K, const typename D::Q* qs, cons
     const int64_t nb = K / 32;
     const typename D::Q* q = qs + n0 * nb * D::QB;
     const float* s = sc + n0 * nb * D::SB;
-    const uintptr_t ahead_q = PREFETCH_TILES * nb * D::QB * sizeof(*q), ahead_s = PREFETCH_TILES * nb * D::SB * 4;
     __m256 lo_first[TT], hi_first[TT];
     for (int part = 0; part < 2; ++part) {
         __m256 lo[TT], hi[TT];
 #pragma GCC unroll 8
         for (int t = 0; t < TT; ++t) lo[t] = hi[t] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
-            if (part == 0) {  // the hardware prefetcher alone left a one-token pass waiting on memory
-                _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(q) + ahead_q + b * D::QB * sizeof(*q)),
-                             _MM_HINT_T0);
-                _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(s) + ahead_s + b * D::SB * 4),
-                             _MM_HINT_T0);
-            }
+            if (part == 0) prefetch_ahead<D, 1>(q, s, nb, b);  // as in `tile`
             __m256 wlo, whi;
             D::decode_half(q + b * D::QB, s + b * D::SB, part, wlo, whi);
 #pragma GCC unroll 8
