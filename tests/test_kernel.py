@@ -348,6 +348,26 @@ def test_softmax_top_rows_matches_float64(lib, temperature, with_ids):
     assert torch.equal(top_i, ids[i] if with_ids else i)
 
 
+def test_softmax_top_rows_give_each_row_its_numbers_alone(lib):
+    """Rows of a level share threads and run their serial sums side by side (up to four a thread):
+    each row's probabilities and top-k are the bits it gets alone, for any row count and threads."""
+    g = torch.Generator().manual_seed(8)
+    N, k = 777, 4
+    logits = torch.randn(9, N, generator=g) * 3
+
+    def run(rows, threads):
+        probs, top_v, top_i = rows.clone(), torch.empty(len(rows), k), torch.empty(len(rows), k, dtype=torch.long)
+        lib.softmax_top_rows(probs.data_ptr(), len(rows), N, 0.0, k, None, top_v.data_ptr(), top_i.data_ptr(), threads)
+        return probs, top_v, top_i
+
+    alone = [run(logits[r : r + 1], 1) for r in range(len(logits))]
+    for R in (2, 3, 5, 9):
+        for threads in (1, 2, 3):
+            together = run(logits[:R], threads)
+            for r in range(R):
+                assert all(torch.equal(t[r], a[0]) for t, a in zip(together, alone[r])), (R, threads, r)
+
+
 def test_argmax_rows_is_torch_argmax(lib):
     """The greedy walk's argmax in the kernel: the first largest entry (ties), the first NaN, rows of
     -inf, short rows and rows that are not a multiple of the vector width, as torch.argmax."""

@@ -790,6 +790,16 @@ inline void serial_sums_r(const float* rows, int64_t S, float* sums) {
     for (int r = 0; r < R; ++r) sums[r] = s[r];
 }
 
+// sums[r] = p_r[0] + p_r[1] + ... in double, in index order, for G rows N floats apart: the chains run
+// side by side (one row's chain of dependent additions waits on each add's latency)
+template <int G>
+inline void serial_sums_double(const float* rows, int64_t N, double* sums) {
+    double s[G] = {};
+    for (int64_t i = 0; i < N; ++i)
+        for (int r = 0; r < G; ++r) s[r] += rows[r * N + i];
+    for (int r = 0; r < G; ++r) sums[r] = s[r];
+}
+
 inline void serial_sums(const float* rows, int64_t n, int64_t S, float* sums) {
     int64_t i = 0;
     for (; i + 4 <= n; i += 4) serial_sums_r<4>(rows + i * S, S, sums + i);
@@ -1022,20 +1032,35 @@ void top_k_row(const float* p, int64_t n, int64_t k, const int64_t* ids, float* 
     }
 }
 
-// Row r: scores / temperature (unless it is 0 or 1), softmax in place, then its top k.
+// Row r: scores / temperature (unless it is 0 or 1), softmax in place, then its top k. Each thread
+// takes up to four consecutive rows and sums their numerators side by side; every row's numbers are
+// those of doing it alone.
 void softmax_top(float* probs, int64_t R, int64_t N, float temperature, int64_t k, const int64_t* ids, float* top_v,
                  int64_t* top_i, int threads) {
-#pragma omp parallel for num_threads(R > 1 ? threads : 1) schedule(static)
-    for (int64_t r = 0; r < R; ++r) {
-        float* p = probs + r * N;
-        if (temperature != 0.f && temperature != 1.f)
-            for (int64_t i = 0; i < N; ++i) p[i] = p[i] / temperature;
-        softmax_numerators(p, N, max_of(p, N));
-        double sum = 0.0;  // a draft distribution: the sum's order only moves q by an ulp
-        for (int64_t i = 0; i < N; ++i) sum += p[i];
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t i = 0; i < N; ++i) p[i] *= inv;
-        if (k > 0) top_k_row(p, N, k, ids, top_v + r * k, top_i + r * k);
+    const int64_t per_thread = (R + threads - 1) / (threads < 1 ? 1 : threads);
+    const int64_t G = per_thread < 1 ? 1 : per_thread > 4 ? 4 : per_thread;
+    const int64_t groups = (R + G - 1) / G;
+#pragma omp parallel for num_threads(groups > 1 ? threads : 1) schedule(static)
+    for (int64_t g = 0; g < groups; ++g) {
+        const int64_t r0 = g * G, n = R - r0 < G ? R - r0 : G;
+        float* rows = probs + r0 * N;
+        for (int64_t r = 0; r < n; ++r) {
+            float* p = rows + r * N;
+            if (temperature != 0.f && temperature != 1.f)
+                for (int64_t i = 0; i < N; ++i) p[i] = p[i] / temperature;
+            softmax_numerators(p, N, max_of(p, N));
+        }
+        double sums[4];  // a draft distribution: the sum's order only moves q by an ulp, but it is kept
+        if (n == 4) serial_sums_double<4>(rows, N, sums);
+        if (n == 3) serial_sums_double<3>(rows, N, sums);
+        if (n == 2) serial_sums_double<2>(rows, N, sums);
+        if (n == 1) serial_sums_double<1>(rows, N, sums);
+        for (int64_t r = 0; r < n; ++r) {
+            float* p = rows + r * N;
+            const float inv = static_cast<float>(1.0 / sums[r]);
+            for (int64_t i = 0; i < N; ++i) p[i] *= inv;
+            if (k > 0) top_k_row(p, N, k, ids, top_v + (r0 + r) * k, top_i + (r0 + r) * k);
+        }
     }
 }
 
