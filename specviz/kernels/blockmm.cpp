@@ -528,8 +528,24 @@ inline void weighted_values_q(const float* const* p, int64_t j0, int64_t j1, con
     for (int64_t b0 = j0; b0 < j1; b0 += 16) {
         const int64_t n = j1 - b0 < 16 ? j1 - b0 : 16;
         const __mmask16 live = static_cast<__mmask16>((1u << n) - 1);
-        for (int q = 0; q < Q; ++q)
-            _mm512_store_ps(w[q], _mm512_div_ps(_mm512_maskz_loadu_ps(live, p[q] + b0), _mm512_set1_ps(sum[q])));
+        bool all_seen = true;  // every query sees every key of the block (p != 0): plain adds
+        for (int q = 0; q < Q; ++q) {
+            const __m512 pq = _mm512_maskz_loadu_ps(live, p[q] + b0);
+            all_seen &= _mm512_mask_cmp_ps_mask(live, pq, _mm512_setzero_ps(), _CMP_NEQ_UQ) == live;
+            _mm512_store_ps(w[q], _mm512_div_ps(pq, _mm512_set1_ps(sum[q])));
+        }
+        if (all_seen) {
+            for (int64_t j = b0; j < b0 + n; ++j) {
+                const float* v = vals + j * hd;
+                __m512 wj[Q];
+                for (int q = 0; q < Q; ++q) wj[q] = _mm512_set1_ps(w[q][j - b0]);
+                for (int c = 0; c < NC; ++c) {
+                    const __m512 vc = _mm512_loadu_ps(v + 16 * c);
+                    for (int q = 0; q < Q; ++q) acc[q][c] = _mm512_add_ps(acc[q][c], _mm512_mul_ps(wj[q], vc));
+                }
+            }
+            continue;
+        }
         for (int64_t j = b0; j < b0 + n; ++j) {
             __mmask16 seen[Q];
             bool any = false;
@@ -696,6 +712,28 @@ inline void dot16_keys8(const float* q, const float* keys, float scale, float* o
 }
 #endif
 
+#if defined(__AVX512F__)
+// dot16_keys for 16 keys of C * 16 floats, C fixed: the query stays in C registers and each key's C
+// products are unrolled (the loop over a run-time n loaded the query again for every key and ran
+// each key's chain of additions as a loop: a pass's extra tokens spent more on scores than on weights).
+template <int C>
+inline void dot16_keys16(const float* q, const float* keys, float scale, float* out) {
+    __m512 qv[C];
+    for (int c = 0; c < C; ++c) qv[c] = _mm512_loadu_ps(q + 16 * c);
+    __m512 lanes[16];
+    for (int j = 0; j < 16; ++j) {
+        const float* k = keys + j * 16 * C;
+        __m512 acc = _mm512_setzero_ps();  // 0 + a*b first, as dot16
+        for (int c = 0; c < C; ++c) acc = _mm512_add_ps(acc, _mm512_mul_ps(qv[c], _mm512_loadu_ps(k + 16 * c)));
+        lanes[j] = acc;
+    }
+    transpose16(lanes);
+    __m512 s = _mm512_setzero_ps();
+    for (int l = 0; l < 16; ++l) s = _mm512_add_ps(s, lanes[l]);
+    _mm512_storeu_ps(out, _mm512_mul_ps(s, _mm512_set1_ps(scale)));
+}
+#endif
+
 inline void dot16_keys(const float* q, const float* keys, int64_t n, float scale, float* out) {
 #if BLOCKMM_SIMD == 256
     if (n == 64) {  // head size 64 (SmolLM2, most small Llamas)
@@ -725,6 +763,14 @@ inline void dot16_keys(const float* q, const float* keys, int64_t n, float scale
         store_key_sums8(lo, hi, scale, out + j0);
     }
 #elif defined(__AVX512F__)
+    if (n == 64) {
+        dot16_keys16<4>(q, keys, scale, out);
+        return;
+    }
+    if (n == 128) {
+        dot16_keys16<8>(q, keys, scale, out);
+        return;
+    }
     __m512 lanes[16];
     for (int j = 0; j < 16; ++j) {
         const float* k = keys + j * n;
