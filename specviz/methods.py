@@ -116,8 +116,10 @@ def tune(name: str, target, log=None, head_folder=None) -> dict | None:
     `make_drafter` only ever reads what this left."""
     if not get(name).tunable:
         raise SpecVizError(f"{name} has no tree to tune.")
+    # the trees are timed with the drafting a tuned drafter does (an EAGLE-1 head's cut vocabulary)
+    drafting = {"draft_vocab": eagle.DRAFT_VOCAB} if "draft_vocab" in accepted_options(name) else {}
     return tuning.tree_for(target, name, head_folder or head_dir(name, target), "auto", measure=True, log=log,
-                           build=lambda: make_drafter(name, target, tree_size="paper", head_dir=head_folder))
+                           build=lambda: make_drafter(name, target, tree_size="paper", head_dir=head_folder, **drafting))
 
 
 DRAWABLE = tuple(n for n, m in METHODS.items() if m.drawable)  # tuned ones draw their drafts from q at T > 0

@@ -193,13 +193,22 @@ def test_tuned_eagle_trees_draw_their_drafts_at_t_above_zero(target, monkeypatch
     from specviz import methods, tuning
     from specviz.engine import vanilla_generate
 
-    monkeypatch.setattr(tuning, "tree_for", lambda *a, **k: {"kind": "dynamic", "depth": 1, "total_tokens": 2,
-                                                           "top_k": 8, "min_prob": 0.0})
+    monkeypatch.setattr(tuning, "tree_for", lambda target, method, head_dir, tree_size, **k: None if tree_size == "paper" else
+                        {"kind": "dynamic", "depth": 1, "total_tokens": 2, "top_k": 8, "min_prob": 0.0})
     assert methods.make_drafter("eagle3", target).shape.draw == "sample"
     assert methods.make_drafter("eagle2", target).shape.draw == "sample"
     assert methods.make_drafter("eagle3", target, draw="top").shape.draw == "top"
     assert methods.make_drafter("eagle3", target, depth=2, top_k=4, total_tokens=4).shape.draw == "top"
     assert methods.make_drafter("eagle3", target, tree_size="paper").shape.draw == "top"
+    # a tuned EAGLE-2 drafts over the first ids only; the papers' tree (and draft_vocab=0) over all
+    from specviz.drafters.eagle import DRAFT_VOCAB
+    assert methods.make_drafter("eagle2", target).draft_vocab == DRAFT_VOCAB
+    assert methods.make_drafter("eagle2", target).describe()["draft_vocab"] == DRAFT_VOCAB
+    assert methods.make_drafter("eagle2", target, tree_size="paper").draft_vocab is None
+    assert methods.make_drafter("eagle2", target, draft_vocab=0).draft_vocab is None
+    assert methods.make_drafter("eagle3", target).draft_vocab is None  # EAGLE-3 has its own
+    with pytest.raises(ValueError, match="draft_vocab"):
+        methods.make_drafter("eagle2", target, draft_vocab=-5)
     with pytest.raises(ValueError, match="draw"):
         methods.make_drafter("eagle3", target, draw="nope")
     drafter = methods.make_drafter("eagle3", target)
@@ -220,28 +229,33 @@ def _decode(target, drafter, temperature, prompts):
             dec.step()
 
 
-@pytest.mark.parametrize("method,temperature", [("eagle3", 0.0), ("eagle3", 1.0), ("eagle2", 0.0), ("eagle1", 0.0)])
-def test_drafting_in_the_kernel_proposes_the_torch_paths_trees(method, temperature, target, monkeypatch):
+@pytest.mark.parametrize("method,temperature,vocab", [("eagle3", 0.0, None), ("eagle3", 1.0, None), ("eagle2", 0.0, None),
+                                                     ("eagle1", 0.0, None), ("eagle2", 0.0, 8192), ("eagle2", 1.0, 8192)])
+def test_drafting_in_the_kernel_proposes_the_torch_paths_trees(method, temperature, vocab, target, monkeypatch):
     """The shipped heads drafting each tree level in one kernel call (heads.draft_kernel) propose the
     torch path's trees, round after round, from the same state: the same tokens and parents, the
-    same q to float rounding (the kernel's norms and softmax sum in another order)."""
+    same q to float rounding (the kernel's norms and softmax sum in another order). With an EAGLE-1
+    head's draft vocabulary cut to the first ids (`draft_vocab`, as tuned trees draft), both paths
+    draft only those ids."""
     from specviz.methods import make_drafter
 
-    drafter = make_drafter(method, target, tree_size="paper")
-    kernel = drafter.head.draft_kernel
-    if kernel is None:
+    drafter = make_drafter(method, target, tree_size="paper", **({"draft_vocab": vocab} if vocab else {}))
+    assert drafter.draft_vocab == vocab
+    if drafter.head.draft_kernel is None:
         pytest.skip("no compiled kernel here")
+    kernel = drafter.head.draft_kernel_for(vocab)
     propose, rounds, levels = drafter.propose, [], []
     level = kernel.level
     monkeypatch.setattr(kernel, "level", lambda *a, **k: levels.append(1) or level(*a, **k))
 
     def both(context, root, params, generator):
         snap, rng = drafter.snapshot(), generator.get_state()
+        whole = drafter.head.draft_kernel
         drafter.head.draft_kernel = None
         try:
             torch_tree = propose(context, root, params, generator)
         finally:
-            drafter.head.draft_kernel = kernel
+            drafter.head.draft_kernel = whole
         drafter.restore(snap)
         generator.set_state(rng)
         tree = propose(context, root, params, generator)
@@ -254,6 +268,7 @@ def test_drafting_in_the_kernel_proposes_the_torch_paths_trees(method, temperatu
     assert len(levels) >= len(rounds)  # ... and the kernel drafted them (at least one level a round)
     for a, b in rounds:
         assert (a.tokens, a.parents) == (b.tokens, b.parents)
+        assert vocab is None or max(b.tokens[1:], default=0) < vocab
         assert max(abs(x - y) for x, y in zip(a.q, b.q)) < 1e-4
         for node in a.dists:
             assert float((a.dists[node] - b.dists[node]).abs().max()) < 1e-4

@@ -35,7 +35,7 @@ class EagleDrafter(Drafter):
     q_is_probability = True
 
     def __init__(self, head, model, name="eagle2", tree="dynamic", depth=5, top_k=8, total_tokens=32,
-                 static_tree=None, min_prob=0.0, window=None, draw="top"):
+                 static_tree=None, min_prob=0.0, window=None, draw="top", draft_vocab=None):
         self.head = head
         self.model = model
         self.name = name
@@ -57,8 +57,17 @@ class EagleDrafter(Drafter):
         self.taps = tuple(model.cfg.eagle3_layers()) if self.is3 else ("final",)
         p = next(head.parameters())
         self.dtype, self.device = p.dtype, p.device
+        # EAGLE-3 drafts over its head's own vocabulary; an EAGLE-1 head, given `draft_vocab` = n, over
+        # the first n token ids (a BPE vocabulary lists its most frequent tokens first): its LM head is
+        # the target's (49k rows here), and a drafting level read all of it for a few top-k tokens
+        if draft_vocab is not None and (isinstance(draft_vocab, bool) or not isinstance(draft_vocab, int) or draft_vocab < 1):
+            raise ValueError(f"draft_vocab must be a whole number >= 1 or None, got {draft_vocab!r}")
+        self.draft_vocab = None if self.is3 or not draft_vocab or draft_vocab >= model.cfg.vocab_size else draft_vocab
+        self.vocab_ids_cpu = None
         if self.is3:
             self.vocab_ids_cpu = head.target_ids().cpu()
+        elif self.draft_vocab:
+            self.vocab_ids_cpu = torch.arange(self.draft_vocab)
         self.cache = None
         # The head reads only the last `window` prompt tokens (None: all of them). Its prompt pass
         # is a real cost of every EAGLE run (~5M multiply-adds a token through the torch path), and
@@ -136,15 +145,21 @@ class EagleDrafter(Drafter):
         del self.tokens[snap["n"] :]
         self._n_feats = snap["n"] - self.base
 
+    def describe(self, params: SamplingParams = SamplingParams()) -> dict:
+        d = super().describe(params)
+        if self.draft_vocab:
+            d["draft_vocab"] = self.draft_vocab
+        return d
+
     # ------------------------------------------------------------------ drafting
     def _dist(self, out, params: SamplingParams):
         """Draft distribution over the target vocabulary [n, V] from head outputs [n, H] (EAGLE-3:
         as `VocabRows`, its draft vocabulary's columns)."""
-        logits = self.head.logits(out).float()
+        logits = (self.head.logits(out, self.vocab_ids_cpu) if self.draft_vocab else self.head.logits(out)).float()
         if not params.greedy:
             logits = warp_logits(logits, params)
         q = logits.softmax(-1).cpu()
-        if self.is3:  # the draft vocabulary's columns; full rows only where read (tree.VocabRows)
+        if self.vocab_ids_cpu is not None:  # the draft vocabulary's columns; full rows only where read (tree.VocabRows)
             return VocabRows(q, self.vocab_ids_cpu, self.model.cfg.vocab_size)
         return q
 
@@ -156,7 +171,7 @@ class EagleDrafter(Drafter):
         if n == 0:  # a one-token prompt: nothing to condition on
             return DraftTree(tokens=[int(root)], parents=[-1], q=[1.0])
         L = self.base + self.cache.length
-        kernel = self.head.draft_kernel
+        kernel = self.head.draft_kernel_for(self.draft_vocab)
         if kernel is not None and kernel.serves(params) and kernel.usable(n - L, self.cache):
             return self._propose_in_kernel(kernel, root, params, generator)
         # 1. commit the entries built from real features: (feats[j], token j+1) for j in [L, n)
@@ -214,7 +229,8 @@ class EagleDrafter(Drafter):
         temperature = 0.0 if params.greedy else float(params.temperature)
         s = self.shape_at(params)
         top_k = self._shape.top_k if s.kind == "dynamic" else 1 + max((max(p) for p in s.paths if p), default=0)
-        wrap = (lambda probs: VocabRows(probs, self.vocab_ids_cpu, self.model.cfg.vocab_size)) if self.is3 else None
+        ids, V = self.vocab_ids_cpu, self.model.cfg.vocab_size
+        wrap = None if ids is None else (lambda probs: VocabRows(probs, ids, V))
 
         def ranked(probs, top_v, top_i):
             return RankedRows(wrap(probs) if wrap else probs, top_v, top_i)
@@ -312,34 +328,46 @@ def _tuned(d: EagleDrafter, tuned: dict | None) -> EagleDrafter:
     return d
 
 
-def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = None, window=None):
+DRAFT_VOCAB = 8192  # an EAGLE-1 head's draft vocabulary on tuned trees: the first ids, as many as EAGLE-3's
+
+
+def _draft_vocab(draft_vocab, tuned) -> int | None:
+    """An EAGLE-1 head's draft vocabulary: `draft_vocab` when given (0: all ids), else DRAFT_VOCAB on
+    a tuned tree (the fastest setting we know: on Spec-Bench dev, 2-node EAGLE-2 rounds 7.5 -> 7.1 ms
+    for tau 1.37 -> 1.35) and the whole vocabulary on the papers' trees, as the papers draft."""
+    if draft_vocab is not None:
+        return int(draft_vocab) or None
+    return DRAFT_VOCAB if tuned else None
+
+
+def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = None, window=None, draft_vocab=None):
     """EAGLE-1's static tree: `static_tree` paths, the device-tuned `tuned["paths"]` (the registry
-    asks `specviz.tuning`), or the paper's tree."""
+    asks `specviz.tuning`), or the paper's tree. `draft_vocab`: see `_draft_vocab`."""
     head, model, folder = _load(target, "eagle1", head_dir)
     d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=tuned["paths"] if tuned else static_tree,
-                     window=draft_window(head, window))
+                     window=draft_window(head, window), draft_vocab=_draft_vocab(draft_vocab, tuned))
     return _tuned(d, tuned)
 
 
 def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_tokens, tuned, paper_depth, min_prob,
-                  window=None, draw="top"):
+                  window=None, draw="top", draft_vocab=None):
     head, model, folder = _load(target, head_method, head_dir)
     if tuned:
         depth, total_tokens, top_k = tuned["depth"], tuned["total_tokens"], tuned["top_k"]
         min_prob = tuned.get("min_prob", 0.0)
     d = EagleDrafter(head, model, name=name, tree="dynamic", depth=depth or paper_depth, top_k=top_k,
                      total_tokens=total_tokens or 24, min_prob=min_prob or 0.0, window=draft_window(head, window),
-                     draw=draw or "top")
+                     draw=draw or "top", draft_vocab=draft_vocab)
     return _tuned(d, tuned)
 
 
 def make_eagle2(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None,
-                min_prob=None, window=None, draw="top"):
+                min_prob=None, window=None, draw="top", draft_vocab=None):
     """EAGLE-2: the EAGLE-1 head with a dynamic tree (`tuned` from the registry, else the papers'
     CPU-scaled default of depth 5, 24 nodes; `min_prob`: see tree.build_dynamic_tree; `draw`: at T > 0,
-    "sample" draws the drafts from q, tree.build_sampled_tree)."""
+    "sample" draws the drafts from q, tree.build_sampled_tree; `draft_vocab`: see `_draft_vocab`)."""
     return _make_dynamic(target, "eagle2", "eagle1", head_dir, depth, top_k, total_tokens, tuned, 5, min_prob, window,
-                         draw)
+                         draw, _draft_vocab(draft_vocab, tuned))
 
 
 def make_eagle3(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None,

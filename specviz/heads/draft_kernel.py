@@ -33,7 +33,7 @@ def _ptr(t: torch.Tensor | None):
 class DraftKernel:
     """The head's weights as the kernel reads them; `level` drafts one tree level."""
 
-    def __init__(self, head, lib):
+    def __init__(self, head, lib, vocab: int | None = None):
         self.lib, self.head = lib, head
         m = head.m
         self.H, self.hd = m.hidden_size, m.head_dim
@@ -51,6 +51,9 @@ class DraftKernel:
             self._bias = None if head.fc.bias is None else f32(head.fc.bias)
             self._norms = (None, None, None)
             self._lm, self._ids = head._lm_blocks, None
+            if vocab:  # the target's LM head rows of the first `vocab` ids only (EagleDrafter's draft_vocab)
+                self._ids = torch.arange(vocab)
+                self._lm = head._lm_blocks.rows(self._ids)
         self.vocab_rows = self._lm.n
         self.args = qkernel.DraftArgs(
             head.kernel_layer.blocks.args, self._embed.data_ptr(), int(self.eagle3),
@@ -60,7 +63,8 @@ class DraftKernel:
         self._rope_lock = threading.Lock()
 
     @classmethod
-    def of(cls, head) -> "DraftKernel | None":
+    def of(cls, head, vocab: int | None = None) -> "DraftKernel | None":
+        """The kernel for `head` (an EAGLE-1 head's with its LM head cut to the first `vocab` ids), or None."""
         lib = qkernel.library()
         if lib is None or head.kernel_layer is None or head._embed is None:
             return None
@@ -73,7 +77,7 @@ class DraftKernel:
             return None
         if head.method == "eagle3" and head.lm_head.in_features % 32:
             return None
-        return cls(head, lib)
+        return cls(head, lib, None if head.method == "eagle3" else vocab)
 
     @staticmethod
     def serves(params: SamplingParams) -> bool:

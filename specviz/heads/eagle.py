@@ -131,6 +131,16 @@ class EagleHeadBase(nn.Module):
             self.draft_kernel = DraftKernel.of(self)
         return self._fused_groups
 
+    def draft_kernel_for(self, vocab: int | None) -> DraftKernel | None:
+        """The tree-level kernel drafting over the first `vocab` token ids (None: the head's own
+        vocabulary), built once per size; None where the kernel cannot serve the head."""
+        if not vocab or self.draft_kernel is None:
+            return self.draft_kernel
+        kernels = self.__dict__.setdefault("_vocab_kernels", {})
+        if vocab not in kernels:
+            kernels[vocab] = DraftKernel.of(self, vocab)
+        return kernels[vocab]
+
     def bind(self, embed: torch.Tensor, lm_head: torch.Tensor | None = None, lm_head_blocks=None):
         """Attach the target's embedding (and LM head, optionally as GGUF blocks) without making them parameters."""
         self._embed = embed
