@@ -274,15 +274,17 @@ def test_drafting_in_the_kernel_proposes_the_torch_paths_trees(method, temperatu
             assert float((a.dists[node] - b.dists[node]).abs().max()) < 1e-4
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_medusa_softmax_and_top_k_in_the_kernel_propose_the_torch_paths_trees(temperature, target, monkeypatch):
+@pytest.mark.parametrize("temperature,vocab", [(0.0, None), (1.0, None), (0.0, 8192)])
+def test_medusa_softmax_and_top_k_in_the_kernel_propose_the_torch_paths_trees(temperature, vocab, target, monkeypatch):
     """Medusa's distributions made and ranked by the kernel (`softmax_top_rows`) propose the torch
-    path's trees from the same state, with the same q to float rounding."""
+    path's trees from the same state, with the same q to float rounding; with a cut vocabulary
+    (`draft_vocab`, as tuned trees draft) only its ids."""
     from specviz import qkernel
     from specviz.drafters import medusa
     from specviz.methods import make_drafter
 
-    drafter = make_drafter("medusa", target, tree_size="paper")
+    drafter = make_drafter("medusa", target, tree_size="paper", **({"draft_vocab": vocab} if vocab else {}))
+    assert drafter.draft_vocab == vocab and drafter.describe().get("draft_vocab") == vocab
     real = qkernel.loaded
     if real() is None:
         pytest.skip("no compiled kernel here")
@@ -306,6 +308,7 @@ def test_medusa_softmax_and_top_k_in_the_kernel_propose_the_torch_paths_trees(te
     assert len(ranked) == len(rounds)  # every kernel-side proposal ranked its heads in the kernel
     for a, b in rounds:
         assert (a.tokens, a.parents) == (b.tokens, b.parents)
+        assert vocab is None or max(b.tokens[1:]) < vocab
         assert max(abs(x - y) for x, y in zip(a.q, b.q)) < 1e-5
         for node in a.dists:
             assert float((a.dists[node] - b.dists[node]).abs().max()) < 1e-5

@@ -14,9 +14,10 @@ import torch
 
 from .. import SpecVizError, qkernel
 from ..heads.draft_kernel import DraftKernel
+from .eagle import _draft_vocab
 from ..heads.io import load_head, shipped_head_dir
 from ..sampling import warp_logits
-from ..tree import EAGLE1_TREE, DraftTree, RankedRows, build_static_tree
+from ..tree import EAGLE1_TREE, DraftTree, RankedRows, VocabRows, build_static_tree
 from .base import Drafter
 from .shape import TreeShape
 
@@ -31,11 +32,22 @@ class MedusaDrafter(Drafter):
     sampled = False
     q_is_probability = True
 
-    def __init__(self, heads, model, tree=None):
+    def __init__(self, heads, model, tree=None, draft_vocab=None):
         self.heads, self.model = heads, model
+        # as an EAGLE-1 head's (drafters.eagle): the heads' distributions over the first `draft_vocab`
+        # ids only, each head's LM-head row then reading a sixth of the target's 49k-row matrix
+        if draft_vocab is not None and (isinstance(draft_vocab, bool) or not isinstance(draft_vocab, int) or draft_vocab < 1):
+            raise ValueError(f"draft_vocab must be a whole number >= 1 or None, got {draft_vocab!r}")
+        self.draft_vocab = draft_vocab if draft_vocab and draft_vocab < model.cfg.vocab_size else None
         self._shape = TreeShape.static(tree or default_medusa_tree(heads.n_heads))
         self._sampled = None  # the tree drafted at T > 0, when the tuner timed one there
         self.last = None
+
+    def describe(self, params=None) -> dict:
+        d = super().describe(*([params] if params is not None else []))
+        if self.draft_vocab:
+            d["draft_vocab"] = self.draft_vocab
+        return d
 
     def reset(self, context, taps):
         self.last = taps["final"][-1] if context else None
@@ -54,24 +66,28 @@ class MedusaDrafter(Drafter):
         if self.last is None:
             return DraftTree(tokens=[int(root)], parents=[-1], q=[1.0])
         p = next(self.heads.parameters())
-        logits = self.heads.logits(self.heads(self.last.to(p.device, p.dtype))).float()  # [K, V]
         paths = [list(p) for p in self.shape_at(params).paths]
+        depth = max((len(p) for p in paths), default=1)  # head d drafts depth d + 1: deeper heads are not read
+        logits = self.heads.logits(self.heads(self.last.to(p.device, p.dtype), depth), vocab=self.draft_vocab).float()
         lib = qkernel.loaded()
         if lib is not None and logits.device.type == "cpu" and logits.is_contiguous() and DraftKernel.serves(params):
             # softmax and each head's top-k in one kernel call (the torch ops cost more than the heads)
             dists = _softmax_top(lib, logits, 0.0 if params.greedy else float(params.temperature),
                                  1 + max((max(p) for p in paths if p), default=0))
+            probs = dists.rows
         else:
             if not params.greedy:
                 logits = warp_logits(logits, params)
-            dists = logits.softmax(-1).cpu()
+            dists = probs = logits.softmax(-1).cpu()
+        ids, V = (torch.arange(self.draft_vocab), self.model.cfg.vocab_size) if self.draft_vocab else (None, None)
 
         def expand(tree: DraftTree, nodes):
             d = tree.depths
             rows = [d[i] for i in nodes]
+            picked = probs[rows] if ids is None else VocabRows(probs[rows], ids, V)  # a cut vocabulary's ids are 0..n-1
             if isinstance(dists, RankedRows):
-                return RankedRows(dists.rows[rows], dists.top_v[rows], dists.top_i[rows])
-            return dists[rows]
+                return RankedRows(picked, dists.top_v[rows], dists.top_i[rows])
+            return picked
 
         return build_static_tree(int(root), paths, expand)
 
@@ -85,16 +101,17 @@ def _softmax_top(lib, logits: torch.Tensor, temperature: float, k: int) -> Ranke
     return RankedRows(logits, top_v, top_i)
 
 
-def make_drafter(target, head_dir=None, tree=None, tuned: dict | None = None):
+def make_drafter(target, head_dir=None, tree=None, tuned: dict | None = None, draft_vocab=None):
     """Medusa's static tree: `tree` paths, the device-tuned `tuned["paths"]` (the registry asks
-    `specviz.tuning`), or the default sparse tree."""
+    `specviz.tuning`), or the default sparse tree. `draft_vocab`: as EAGLE-1's (drafters.eagle._draft_vocab):
+    the first DRAFT_VOCAB ids on a tuned tree, all of them otherwise, unless given (0: all)."""
     model = target.model if hasattr(target, "model") else target
     folder = Path(head_dir) if head_dir else shipped_head_dir(model.name, "medusa")
     if not (folder / "config.json").is_file():
         raise SpecVizError(f"No Medusa heads for {model.name} (looked in {folder}); train them with "
                            "`python -m specviz.train medusa`.")
     heads = load_head(folder, target=model, dtype=model.dtype)
-    d = MedusaDrafter(heads, model, tree=tuned["paths"] if tuned else tree)
+    d = MedusaDrafter(heads, model, tree=tuned["paths"] if tuned else tree, draft_vocab=_draft_vocab(draft_vocab, tuned))
     if tuned:
         d.reshape(d.shape, TreeShape.static(tuned["sampled"]["paths"]) if tuned.get("sampled") else None)
         d.tuning = tuned

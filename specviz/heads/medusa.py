@@ -50,11 +50,18 @@ class MedusaHeads(nn.Module):
         self._lm_blocks = lm_head_blocks
         return self
 
-    def forward(self, h):
-        """[K, ..., H] predicted features, one per head."""
-        return torch.stack([head(h) for head in self.heads])
+    def forward(self, h, n: int | None = None):
+        """[K, ..., H] predicted features, one per head (of the first `n` heads: a tree n deep reads no more)."""
+        return torch.stack([head(h) for head in self.heads[:n]])
 
-    def logits(self, feats, vocab_ids=None):
+    def logits(self, feats, vocab_ids=None, vocab: int | None = None):
+        """Target-vocab logits of the heads' features: for `vocab_ids` only, or for the first `vocab` ids
+        (from GGUF blocks of those rows, built once, when the target's LM head has blocks)."""
+        if vocab:
+            cut = self.__dict__.setdefault("_cut_blocks", {})
+            if self._lm_blocks is not None and vocab not in cut:
+                cut[vocab] = self._lm_blocks.rows(torch.arange(vocab))
+            return tied_logits(feats, self._lm_head[:vocab], cut.get(vocab))
         return tied_logits(feats, self._lm_head, self._lm_blocks, vocab_ids)
 
     # Medusa's key names are "{i}.{j}.linear.*"; ours live under "heads."
