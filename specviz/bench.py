@@ -171,14 +171,15 @@ def describe_tree(drafter, params: SamplingParams = SamplingParams()) -> dict | 
     shape = drafter.shape
     if shape is None:
         return None
+    vocab = {k: v for k, v in drafter.describe(params).items() if k == "draft_vocab"}  # a cut vocabulary, if any
     t = drafter.tuning
     if t:
         t = t.get("sampled", t) if not params.greedy else t
         keep = ("kind", "depth", "total_tokens", "min_prob", "tau", "tok_s", "vanilla_tok_s", "speedup", "model_tau",
                 "model_tok_s", "temperature")
-        return {"source": "device-tuned", **{k: t[k] for k in keep if k in t}, "draw": shape.draw}
+        return {"source": "device-tuned", **{k: t[k] for k in keep if k in t}, "draw": shape.draw, **vocab}
     out = {k: v for k, v in shape.describe().items() if k != "top_k"}
-    return {"source": "fixed", **out}
+    return {"source": "fixed", **out, **vocab}
 
 
 def load_hf(target, dtype, need_assistant: bool):

@@ -16,7 +16,7 @@ from .. import SpecVizError, qkernel
 from ..heads.draft_kernel import DraftKernel
 from .eagle import _draft_vocab
 from ..heads.io import load_head, shipped_head_dir
-from ..sampling import warp_logits
+from ..sampling import SamplingParams, warp_logits
 from ..tree import EAGLE1_TREE, DraftTree, RankedRows, VocabRows, build_static_tree
 from .base import Drafter
 from .shape import TreeShape
@@ -43,8 +43,8 @@ class MedusaDrafter(Drafter):
         self._sampled = None  # the tree drafted at T > 0, when the tuner timed one there
         self.last = None
 
-    def describe(self, params=None) -> dict:
-        d = super().describe(*([params] if params is not None else []))
+    def describe(self, params: SamplingParams = SamplingParams()) -> dict:
+        d = super().describe(params)
         if self.draft_vocab:
             d["draft_vocab"] = self.draft_vocab
         return d
