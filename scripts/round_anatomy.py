@@ -148,13 +148,13 @@ def main(argv=None) -> int:
         per_round["other"] = 1000 * t["seconds"] / t["rounds"] - sum(per_round.values())
         rows[name] = dict(tau=t["tokens"] / t["rounds"], round_ms=1000 * t["seconds"] / t["rounds"],
                           ms_per_token=1000 * t["seconds"] / t["tokens"],
-                          decode_vs_vanilla=base / (t["seconds"] / t["tokens"]), per_round_ms=per_round)
+                          decode_vs_vanilla=base / (t["seconds"] / t["tokens"]), phases_ms=per_round)
     print(f"{len(ids)} Spec-Bench dev prompts x {args.tokens} new tokens, greedy, {args.threads} threads; "
           f"outputs identical to vanilla: {identical}")
     print(f"{'':40s} {'tau':>5s} {'round':>6s} {'/token':>6s} {'vs van':>6s} " + " ".join(f"{k:>7s}" for k in (*PHASES, "other")))
     for name, r in rows.items():
         print(f"{name:40s} {r['tau']:5.2f} {r['round_ms']:6.2f} {r['ms_per_token']:6.2f} {r['decode_vs_vanilla']:5.2f}x "
-              + " ".join(f"{r['per_round_ms'][k]:7.3f}" for k in (*PHASES, "other")))
+              + " ".join(f"{r['phases_ms'][k]:7.3f}" for k in (*PHASES, "other")))
     if args.out:
         Path(args.out).write_text(json.dumps(dict(
             settings=dict(method=args.method, trees=[f"{d}:{n}" for d, n in trees], draft_vocab=vocabs, prompts=len(ids),

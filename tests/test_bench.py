@@ -194,3 +194,22 @@ def test_crossover_is_the_first_batch_where_speculation_no_longer_pays():
     assert crossover(by, "eagle3") == 4
     by["4"]["eagle3"]["throughput_tok_s"] = 210
     assert crossover(by, "eagle3") is None
+
+
+def test_round_anatomy_counts_a_phase_inside_another_once(monkeypatch):
+    """scripts/round_anatomy.py: time spent in a phase running inside another (the LM-head rows the
+    walk asks for) counts for the inner phase only, so the phases add up to the round."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("round_anatomy", Path(__file__).parent.parent / "scripts" / "round_anatomy.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ticks = iter([0.0, 1.0, 4.0, 10.0, 20.0, 22.0])  # walk starts, head starts, head ends, walk ends; then a lone head
+    monkeypatch.setattr(mod.time, "perf_counter", lambda: next(ticks))
+    clock = mod.Clock()
+    head = clock.wrap(lambda: "logits", "lm_head")
+    walk = clock.wrap(lambda: head(), "walk")
+    assert walk() == "logits"
+    assert head() == "logits"
+    assert dict(clock.spent) == {"lm_head": 3.0 + 2.0, "walk": 10.0 - 3.0}
