@@ -201,7 +201,7 @@ def test_tuned_eagle_trees_draw_their_drafts_at_t_above_zero(target, monkeypatch
     assert methods.make_drafter("eagle3", target, depth=2, top_k=4, total_tokens=4).shape.draw == "top"
     assert methods.make_drafter("eagle3", target, tree_size="paper").shape.draw == "top"
     # a tuned EAGLE-2 drafts over the first ids only; the papers' tree (and draft_vocab=0) over all
-    from specviz.drafters.eagle import DRAFT_VOCAB
+    from specviz.drafters.base import DRAFT_VOCAB
     assert methods.make_drafter("eagle2", target).draft_vocab == DRAFT_VOCAB
     assert methods.make_drafter("eagle2", target).describe()["draft_vocab"] == DRAFT_VOCAB
     assert methods.make_drafter("eagle2", target, tree_size="paper").draft_vocab is None

@@ -22,6 +22,26 @@ from ..tree import DraftTree
 from .shape import TreeShape
 
 
+DRAFT_VOCAB = 8192  # tuned drafters that read the target's LM head draft over this many first ids, as many as EAGLE-3's
+
+
+def default_draft_vocab(draft_vocab, tuned: bool):
+    """The draft vocabulary of a drafter that reads the target's LM head (EAGLE-1/2, Medusa): `draft_vocab`
+    when given (0: all ids), else DRAFT_VOCAB on a tuned tree (the fastest setting we know, docs/tuning.md)
+    and all ids on the papers' trees, as the papers draft."""
+    return (DRAFT_VOCAB if tuned else 0) if draft_vocab is None else draft_vocab
+
+
+def cut_vocabulary(draft_vocab, vocab_size: int) -> int | None:
+    """`draft_vocab` checked: draft over the first that many token ids, or None for all of them (None, 0,
+    or at least the whole vocabulary). A BPE vocabulary lists its most frequent tokens first."""
+    if draft_vocab is None:
+        return None
+    if isinstance(draft_vocab, bool) or not isinstance(draft_vocab, int) or draft_vocab < 0:
+        raise ValueError(f"draft_vocab must be a whole number >= 0 (0: the whole vocabulary), got {draft_vocab!r}")
+    return draft_vocab if 0 < draft_vocab < vocab_size else None
+
+
 class Drafter:
     name = "base"
     taps: tuple = ()  # target taps needed: layer indices (their inputs) and/or "final"

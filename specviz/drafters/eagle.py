@@ -26,7 +26,7 @@ from ..heads.io import load_head, shipped_head_dir
 from ..heads.layers import HeadCache
 from ..sampling import SamplingParams, warp_logits
 from ..tree import EAGLE1_TREE, DraftTree, RankedRows, VocabRows, build_dynamic_tree, build_sampled_tree, build_static_tree
-from .base import Drafter
+from .base import Drafter, cut_vocabulary, default_draft_vocab
 from .shape import TreeShape, sampled_shape_of
 
 
@@ -58,11 +58,10 @@ class EagleDrafter(Drafter):
         p = next(head.parameters())
         self.dtype, self.device = p.dtype, p.device
         # EAGLE-3 drafts over its head's own vocabulary; an EAGLE-1 head, given `draft_vocab` = n, over
-        # the first n token ids (a BPE vocabulary lists its most frequent tokens first): its LM head is
-        # the target's (49k rows here), and a drafting level read all of it for a few top-k tokens
-        if draft_vocab is not None and (isinstance(draft_vocab, bool) or not isinstance(draft_vocab, int) or draft_vocab < 1):
-            raise ValueError(f"draft_vocab must be a whole number >= 1 or None, got {draft_vocab!r}")
-        self.draft_vocab = None if self.is3 or not draft_vocab or draft_vocab >= model.cfg.vocab_size else draft_vocab
+        # the first n token ids (base.cut_vocabulary): its LM head is the target's, and a drafting level
+        # read all of its rows for a few top-k tokens
+        vocab = cut_vocabulary(draft_vocab, model.cfg.vocab_size)
+        self.draft_vocab = None if self.is3 else vocab
         self.vocab_ids_cpu = None
         if self.is3:
             self.vocab_ids_cpu = head.target_ids().cpu()
@@ -328,24 +327,12 @@ def _tuned(d: EagleDrafter, tuned: dict | None) -> EagleDrafter:
     return d
 
 
-DRAFT_VOCAB = 8192  # an EAGLE-1 head's draft vocabulary on tuned trees: the first ids, as many as EAGLE-3's
-
-
-def _draft_vocab(draft_vocab, tuned) -> int | None:
-    """An EAGLE-1 head's draft vocabulary: `draft_vocab` when given (0: all ids), else DRAFT_VOCAB on
-    a tuned tree (the fastest setting we know: on Spec-Bench dev, 2-node EAGLE-2 rounds 7.5 -> 7.1 ms
-    for tau 1.37 -> 1.35) and the whole vocabulary on the papers' trees, as the papers draft."""
-    if draft_vocab is not None:
-        return int(draft_vocab) or None
-    return DRAFT_VOCAB if tuned else None
-
-
 def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = None, window=None, draft_vocab=None):
     """EAGLE-1's static tree: `static_tree` paths, the device-tuned `tuned["paths"]` (the registry
-    asks `specviz.tuning`), or the paper's tree. `draft_vocab`: see `_draft_vocab`."""
+    asks `specviz.tuning`), or the paper's tree. `draft_vocab`: see `base.default_draft_vocab`."""
     head, model, folder = _load(target, "eagle1", head_dir)
     d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=tuned["paths"] if tuned else static_tree,
-                     window=draft_window(head, window), draft_vocab=_draft_vocab(draft_vocab, tuned))
+                     window=draft_window(head, window), draft_vocab=default_draft_vocab(draft_vocab, tuned))
     return _tuned(d, tuned)
 
 
@@ -365,9 +352,9 @@ def make_eagle2(target, head_dir=None, depth=None, top_k=8, total_tokens=None, t
                 min_prob=None, window=None, draw="top", draft_vocab=None):
     """EAGLE-2: the EAGLE-1 head with a dynamic tree (`tuned` from the registry, else the papers'
     CPU-scaled default of depth 5, 24 nodes; `min_prob`: see tree.build_dynamic_tree; `draw`: at T > 0,
-    "sample" draws the drafts from q, tree.build_sampled_tree; `draft_vocab`: see `_draft_vocab`)."""
+    "sample" draws the drafts from q, tree.build_sampled_tree; `draft_vocab`: see `base.default_draft_vocab`)."""
     return _make_dynamic(target, "eagle2", "eagle1", head_dir, depth, top_k, total_tokens, tuned, 5, min_prob, window,
-                         draw, _draft_vocab(draft_vocab, tuned))
+                         draw, default_draft_vocab(draft_vocab, tuned))
 
 
 def make_eagle3(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None,

@@ -14,11 +14,10 @@ import torch
 
 from .. import SpecVizError, qkernel
 from ..heads.draft_kernel import DraftKernel
-from .eagle import _draft_vocab
 from ..heads.io import load_head, shipped_head_dir
 from ..sampling import SamplingParams, warp_logits
 from ..tree import EAGLE1_TREE, DraftTree, RankedRows, VocabRows, build_static_tree
-from .base import Drafter
+from .base import Drafter, cut_vocabulary, default_draft_vocab
 from .shape import TreeShape
 
 
@@ -34,11 +33,8 @@ class MedusaDrafter(Drafter):
 
     def __init__(self, heads, model, tree=None, draft_vocab=None):
         self.heads, self.model = heads, model
-        # as an EAGLE-1 head's (drafters.eagle): the heads' distributions over the first `draft_vocab`
-        # ids only, each head's LM-head row then reading a sixth of the target's 49k-row matrix
-        if draft_vocab is not None and (isinstance(draft_vocab, bool) or not isinstance(draft_vocab, int) or draft_vocab < 1):
-            raise ValueError(f"draft_vocab must be a whole number >= 1 or None, got {draft_vocab!r}")
-        self.draft_vocab = draft_vocab if draft_vocab and draft_vocab < model.cfg.vocab_size else None
+        # as an EAGLE-1 head's: the heads' distributions over the first `draft_vocab` ids only (base.cut_vocabulary)
+        self.draft_vocab = cut_vocabulary(draft_vocab, model.cfg.vocab_size)
         self._shape = TreeShape.static(tree or default_medusa_tree(heads.n_heads))
         self._sampled = None  # the tree drafted at T > 0, when the tuner timed one there
         self.last = None
@@ -103,15 +99,14 @@ def _softmax_top(lib, logits: torch.Tensor, temperature: float, k: int) -> Ranke
 
 def make_drafter(target, head_dir=None, tree=None, tuned: dict | None = None, draft_vocab=None):
     """Medusa's static tree: `tree` paths, the device-tuned `tuned["paths"]` (the registry asks
-    `specviz.tuning`), or the default sparse tree. `draft_vocab`: as EAGLE-1's (drafters.eagle._draft_vocab):
-    the first DRAFT_VOCAB ids on a tuned tree, all of them otherwise, unless given (0: all)."""
+    `specviz.tuning`), or the default sparse tree. `draft_vocab`: see `base.default_draft_vocab`."""
     model = target.model if hasattr(target, "model") else target
     folder = Path(head_dir) if head_dir else shipped_head_dir(model.name, "medusa")
     if not (folder / "config.json").is_file():
         raise SpecVizError(f"No Medusa heads for {model.name} (looked in {folder}); train them with "
                            "`python -m specviz.train medusa`.")
     heads = load_head(folder, target=model, dtype=model.dtype)
-    d = MedusaDrafter(heads, model, tree=tuned["paths"] if tuned else tree, draft_vocab=_draft_vocab(draft_vocab, tuned))
+    d = MedusaDrafter(heads, model, tree=tuned["paths"] if tuned else tree, draft_vocab=default_draft_vocab(draft_vocab, tuned))
     if tuned:
         d.reshape(d.shape, TreeShape.static(tuned["sampled"]["paths"]) if tuned.get("sampled") else None)
         d.tuning = tuned
