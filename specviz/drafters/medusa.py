@@ -35,6 +35,7 @@ class MedusaDrafter(Drafter):
         self.heads, self.model = heads, model
         # as an EAGLE-1 head's: the heads' distributions over the first `draft_vocab` ids only (base.cut_vocabulary)
         self.draft_vocab = cut_vocabulary(draft_vocab, model.cfg.vocab_size)
+        self.vocab_ids_cpu = None if self.draft_vocab is None else torch.arange(self.draft_vocab)
         self._shape = TreeShape.static(tree or default_medusa_tree(heads.n_heads))
         self._sampled = None  # the tree drafted at T > 0, when the tuner timed one there
         self.last = None
@@ -75,7 +76,7 @@ class MedusaDrafter(Drafter):
             if not params.greedy:
                 logits = warp_logits(logits, params)
             dists = probs = logits.softmax(-1).cpu()
-        ids, V = (torch.arange(self.draft_vocab), self.model.cfg.vocab_size) if self.draft_vocab else (None, None)
+        ids, V = self.vocab_ids_cpu, self.model.cfg.vocab_size
 
         def expand(tree: DraftTree, nodes):
             d = tree.depths

@@ -713,6 +713,15 @@ inline void dot16_keys8(const float* q, const float* keys, float scale, float* o
 #endif
 
 #if defined(__AVX512F__)
+// out[j] = scale * (lanes 0..15 of lanes[j] added one by one) for 16 keys: their lane sums transposed so
+// that the 16 serial additions of the 16 keys run side by side (dot16's order)
+inline void store_key_sums16(__m512 lanes[16], float scale, float* out) {
+    transpose16(lanes);
+    __m512 s = _mm512_setzero_ps();
+    for (int l = 0; l < 16; ++l) s = _mm512_add_ps(s, lanes[l]);
+    _mm512_storeu_ps(out, _mm512_mul_ps(s, _mm512_set1_ps(scale)));
+}
+
 // dot16_keys for 16 keys of C * 16 floats, C fixed: the query stays in C registers and each key's C
 // products are unrolled (the loop over a run-time n loaded the query again for every key and ran
 // each key's chain of additions as a loop: a pass's extra tokens spent more on scores than on weights).
@@ -727,10 +736,7 @@ inline void dot16_keys16(const float* q, const float* keys, float scale, float* 
         for (int c = 0; c < C; ++c) acc = _mm512_add_ps(acc, _mm512_mul_ps(qv[c], _mm512_loadu_ps(k + 16 * c)));
         lanes[j] = acc;
     }
-    transpose16(lanes);
-    __m512 s = _mm512_setzero_ps();
-    for (int l = 0; l < 16; ++l) s = _mm512_add_ps(s, lanes[l]);
-    _mm512_storeu_ps(out, _mm512_mul_ps(s, _mm512_set1_ps(scale)));
+    store_key_sums16(lanes, scale, out);
 }
 #endif
 
@@ -779,10 +785,7 @@ inline void dot16_keys(const float* q, const float* keys, int64_t n, float scale
             acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(k + i)));
         lanes[j] = acc;
     }
-    transpose16(lanes);
-    __m512 s = _mm512_setzero_ps();
-    for (int l = 0; l < 16; ++l) s = _mm512_add_ps(s, lanes[l]);
-    _mm512_storeu_ps(out, _mm512_mul_ps(s, _mm512_set1_ps(scale)));
+    store_key_sums16(lanes, scale, out);
 #else
     for (int j = 0; j < 16; ++j) out[j] = dot16(q, keys + j * n, n) * scale;
 #endif
