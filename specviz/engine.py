@@ -354,6 +354,7 @@ class SpeculativeDecoder:
                     next_q_top=q_tops.get(i, []),
                     next_p_top=p_tops[i],
                     next_p_raw_top=raw_tops[i],
+                    copied=i in tree.copied,
                 )
             )
         steps = [replace(s, text="", residual_top=self._top(res.residuals.get(s.node))) for s in res.steps]

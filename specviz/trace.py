@@ -28,6 +28,7 @@ class NodeTrace:
     next_q_top: TopList = field(default_factory=list)  # draft's top next tokens after this node
     next_p_top: TopList = field(default_factory=list)  # target's top next tokens after this node
     next_p_raw_top: TopList = field(default_factory=list)  # same, unwarped softmax (greedy rounds)
+    copied: bool = False  # copied from the context by prompt lookup (q = 1: a deterministic draft), not a model's
 
 
 @dataclass

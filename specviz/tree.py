@@ -122,6 +122,8 @@ class DraftTree:
     # the draft's *unprocessed* distribution after each node (only the raw-logit-q bug reads it)
     raw_dists: Mapping[int, torch.Tensor] = field(default_factory=dict)
     without_replacement: bool = False  # sampled children were drawn without replacement
+    # nodes copied from the context by prompt lookup (a deterministic draft: q = 1), not drafted by a model
+    copied: frozenset = frozenset()
 
     def __post_init__(self):
         n = len(self.tokens)
@@ -130,6 +132,9 @@ class DraftTree:
         for i in range(1, n):
             if not 0 <= self.parents[i] < i:
                 raise ValueError(f"node {i}: parent {self.parents[i]} must precede it")
+        self.copied = frozenset(self.copied)
+        if any(not 0 < i < n for i in self.copied):
+            raise ValueError("only drafted nodes (not the root) can be copied ones")
         if self.scores is None:
             s = [0.0] * n
             for i in range(1, n):
@@ -248,11 +253,37 @@ class DraftTree:
             scores=[self.scores[i] for i in keep],
             raw_dists={new[i]: d for i, d in self.raw_dists.items() if i in new},
             without_replacement=self.without_replacement,
+            copied=frozenset(new[i] for i in self.copied if i in new),
         )
+
+    def with_chain(self, tokens) -> "DraftTree":
+        """The tree with a copied chain of `tokens` from the root (prompt lookup's guess): the chain
+        follows the children that already draft its tokens and goes on as new nodes (q = 1, a
+        deterministic draft) where none does. Only a greedy round can verify it: the sampled rule needs
+        every sibling drawn from one q. Returns the tree itself when the chain adds nothing."""
+        tokens_, parents, q, scores = list(self.tokens), list(self.parents), list(self.q), list(self.scores)
+        kids = self.children_lists()
+        node, added = 0, []
+        for t in tokens:
+            t = int(t)
+            nxt = next((c for c in kids[node] if tokens_[c] == t), None)
+            if nxt is None:
+                nxt = len(tokens_)
+                tokens_.append(t), parents.append(node), q.append(1.0), scores.append(scores[node])
+                kids.append([])
+                kids[node].append(nxt)
+                added.append(nxt)
+            node = nxt
+        if not added:
+            return self
+        return DraftTree(tokens=tokens_, parents=parents, q=q, sampled=self.sampled, dists=self.dists, scores=scores,
+                         candidates=self.candidates, raw_dists=self.raw_dists,
+                         without_replacement=self.without_replacement, copied=self.copied | frozenset(added))
 
     # -------------------------------------------------------------- construction
     @classmethod
-    def chain(cls, root: int, tokens, q=None, dists=None, sampled=False) -> "DraftTree":
+    def chain(cls, root: int, tokens, q=None, dists=None, sampled=False, copied: bool = False) -> "DraftTree":
+        """A chain of `tokens` under `root`; `copied`: every one of them copied from the context."""
         tokens = [int(t) for t in tokens]
         q = [1.0] * len(tokens) if q is None else [float(x) for x in q]
         return cls(
@@ -261,6 +292,7 @@ class DraftTree:
             q=[1.0] + q,
             sampled=sampled,
             dists=dict(dists or {}),
+            copied=frozenset(range(1, len(tokens) + 1)) if copied else frozenset(),
         )
 
 

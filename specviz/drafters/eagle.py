@@ -26,7 +26,8 @@ from ..heads.io import load_head, shipped_head_dir
 from ..heads.layers import HeadCache
 from ..sampling import SamplingParams, warp_logits
 from ..tree import EAGLE1_TREE, DraftTree, RankedRows, VocabRows, build_dynamic_tree, build_sampled_tree, build_static_tree
-from .base import Drafter, cut_vocabulary, default_draft_vocab
+from .base import LOOKUP_NGRAM, Drafter, check_lookup, cut_vocabulary, default_draft_vocab, default_lookup
+from .lookup import NgramIndex
 from .shape import TreeShape, sampled_shape_of
 
 
@@ -35,7 +36,7 @@ class EagleDrafter(Drafter):
     q_is_probability = True
 
     def __init__(self, head, model, name="eagle2", tree="dynamic", depth=5, top_k=8, total_tokens=32,
-                 static_tree=None, min_prob=0.0, window=None, draw="top", draft_vocab=None):
+                 static_tree=None, min_prob=0.0, window=None, draw="top", draft_vocab=None, lookup=0, stop_ids=()):
         self.head = head
         self.model = model
         self.name = name
@@ -77,6 +78,12 @@ class EagleDrafter(Drafter):
             raise ValueError(f"window must be a whole number >= 1 or None, got {window!r}")
         self.window = window
         self.base = 0  # the first context token the head's cache holds
+        # The lookup branch: at T = 0, prompt lookup's next `lookup` tokens (what followed the last
+        # 2-3 tokens earlier in the context) join the head's tree as a copied chain (DraftTree.with_chain).
+        # Outputs that quote their input (summaries, RAG, translation's names and numbers) are where the
+        # head, trained on chat answers, guesses worst and the copy best. What is accepted never changes.
+        self.lookup = check_lookup(lookup)
+        self.index = NgramIndex(LOOKUP_NGRAM[1], LOOKUP_NGRAM[0], self.lookup, stop_ids) if self.lookup else None
 
     # ------------------------------------------------------------------ state
     def _features(self, taps: dict) -> torch.Tensor:
@@ -148,6 +155,8 @@ class EagleDrafter(Drafter):
         d = super().describe(params)
         if self.draft_vocab:
             d["draft_vocab"] = self.draft_vocab
+        if self.lookup and params.greedy:
+            d["lookup"] = self.lookup
         return d
 
     # ------------------------------------------------------------------ drafting
@@ -162,8 +171,15 @@ class EagleDrafter(Drafter):
             return VocabRows(q, self.vocab_ids_cpu, self.model.cfg.vocab_size)
         return q
 
-    @torch.no_grad()
     def propose(self, context, root, params, generator):
+        tree = self._draft(root, params, generator)
+        if self.lookup and params.greedy:
+            tree = tree.with_chain(self.index.follow(list(context) + [int(root)]))
+        return tree
+
+    @torch.no_grad()
+    def _draft(self, root, params, generator) -> DraftTree:
+        """The head's tree."""
         if self.cache is None:
             raise SpecVizError("The drafter needs reset() before propose().")
         n = len(self.tokens)
@@ -327,38 +343,50 @@ def _tuned(d: EagleDrafter, tuned: dict | None) -> EagleDrafter:
     return d
 
 
-def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = None, window=None, draft_vocab=None):
+def _lookup_options(target, lookup, tuned) -> dict:
+    """The lookup branch's drafter arguments (`lookup`: see `base.default_lookup`); it never copies the
+    tokenizer's special tokens."""
+    n = default_lookup(lookup, bool(tuned))
+    special = target.tokenizer.special_ids if n and hasattr(target, "tokenizer") else ()
+    return {"lookup": n, "stop_ids": special}
+
+
+def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = None, window=None, draft_vocab=None,
+                lookup=None):
     """EAGLE-1's static tree: `static_tree` paths, the device-tuned `tuned["paths"]` (the registry
-    asks `specviz.tuning`), or the paper's tree. `draft_vocab`: see `base.default_draft_vocab`."""
+    asks `specviz.tuning`), or the paper's tree. `draft_vocab`: see `base.default_draft_vocab`; `lookup`:
+    `base.default_lookup`."""
     head, model, folder = _load(target, "eagle1", head_dir)
     d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=tuned["paths"] if tuned else static_tree,
-                     window=draft_window(head, window), draft_vocab=default_draft_vocab(draft_vocab, tuned))
+                     window=draft_window(head, window), draft_vocab=default_draft_vocab(draft_vocab, tuned),
+                     **_lookup_options(target, lookup, tuned))
     return _tuned(d, tuned)
 
 
 def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_tokens, tuned, paper_depth, min_prob,
-                  window=None, draw="top", draft_vocab=None):
+                  window=None, draw="top", draft_vocab=None, lookup=None):
     head, model, folder = _load(target, head_method, head_dir)
     if tuned:
         depth, total_tokens, top_k = tuned["depth"], tuned["total_tokens"], tuned["top_k"]
         min_prob = tuned.get("min_prob", 0.0)
     d = EagleDrafter(head, model, name=name, tree="dynamic", depth=depth or paper_depth, top_k=top_k,
                      total_tokens=total_tokens or 24, min_prob=min_prob or 0.0, window=draft_window(head, window),
-                     draw=draw or "top", draft_vocab=draft_vocab)
+                     draw=draw or "top", draft_vocab=draft_vocab, **_lookup_options(target, lookup, tuned))
     return _tuned(d, tuned)
 
 
 def make_eagle2(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None,
-                min_prob=None, window=None, draw="top", draft_vocab=None):
+                min_prob=None, window=None, draw="top", draft_vocab=None, lookup=None):
     """EAGLE-2: the EAGLE-1 head with a dynamic tree (`tuned` from the registry, else the papers'
     CPU-scaled default of depth 5, 24 nodes; `min_prob`: see tree.build_dynamic_tree; `draw`: at T > 0,
-    "sample" draws the drafts from q, tree.build_sampled_tree; `draft_vocab`: see `base.default_draft_vocab`)."""
+    "sample" draws the drafts from q, tree.build_sampled_tree; `draft_vocab`: see `base.default_draft_vocab`;
+    `lookup`: `base.default_lookup`)."""
     return _make_dynamic(target, "eagle2", "eagle1", head_dir, depth, top_k, total_tokens, tuned, 5, min_prob, window,
-                         draw, default_draft_vocab(draft_vocab, tuned))
+                         draw, default_draft_vocab(draft_vocab, tuned), lookup)
 
 
 def make_eagle3(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None,
-                min_prob=None, window=None, draw="top"):
+                min_prob=None, window=None, draw="top", lookup=None):
     """EAGLE-3: its own head with a dynamic tree (as for EAGLE-2; paper default depth 6)."""
     return _make_dynamic(target, "eagle3", "eagle3", head_dir, depth, top_k, total_tokens, tuned, 6, min_prob, window,
-                         draw)
+                         draw, lookup=lookup)

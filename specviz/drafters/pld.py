@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..tree import DraftTree
 from .base import Drafter
+from .lookup import NgramIndex
 
 
 class PromptLookupDrafter(Drafter):
@@ -17,24 +18,12 @@ class PromptLookupDrafter(Drafter):
         if not 1 <= min_ngram <= max_ngram or num_tokens < 1:
             raise ValueError("PLD needs 1 <= min_ngram <= max_ngram and num_tokens >= 1")
         self.max_ngram, self.min_ngram, self.num_tokens = max_ngram, min_ngram, num_tokens
-        # special tokens (chat-template markers): copying them would only draft the template
-        self.stop_ids = frozenset(int(t) for t in stop_ids if t is not None)
+        self.index = NgramIndex(max_ngram, min_ngram, num_tokens, stop_ids)
+        self.stop_ids = self.index.stop_ids
 
     def lookup(self, seq: list[int]) -> list[int]:
         """Tokens that followed the most recent earlier occurrence of the longest matching tail."""
-        n_seq = len(seq)
-        for n in range(min(self.max_ngram, n_seq - 1), self.min_ngram - 1, -1):
-            tail = seq[n_seq - n :]
-            for start in range(n_seq - n - 1, -1, -1):  # most recent match first
-                if seq[start : start + n] == tail:
-                    follow = seq[start + n : start + n + self.num_tokens]
-                    for j, t in enumerate(follow):
-                        if t in self.stop_ids:
-                            follow = follow[:j]
-                            break
-                    if follow:
-                        return follow
-        return []
+        return self.index.follow(seq)
 
     def propose(self, context, root, params, generator):
-        return DraftTree.chain(root, self.lookup(list(context) + [int(root)]))
+        return DraftTree.chain(root, self.lookup(list(context) + [int(root)]), copied=True)

@@ -138,10 +138,11 @@ def _node_hover(n: NodeTrace, lang: str, reveal: bool = True, trace: RoundTrace 
     where = (f"{t('tree.score', lang)} = {n.score:.3f} · {t('tree.rank', lang)} {n.rank} · "
              f"{t('tree.depth', lang)} {n.depth} · {t('tree.position', lang)} {n.position}")
     show_p = reveal if show_p is None else show_p
+    q = t("round.copied", lang) if n.copied else _fmt(n.q, 4)  # prompt lookup's copy: a deterministic draft
     if not show_p:  # draft stage: the target has not spoken yet
-        return head + f"q = {_fmt(n.q, 4)}<br>" + where
+        return head + f"q = {q}<br>" + where
     pv = target_p(trace, n) if trace is not None else n.p
-    line = f"p = {_fmt(pv, 4)} · q = {_fmt(n.q, 4)}"
+    line = f"p = {_fmt(pv, 4)} · q = {q}"
     if trace is None or trace.rule in ("chain", "tree-sampled"):
         ratio = "–" if not n.q or pv is None else f"{pv / n.q:.3f}"
         line += f" · p/q = {ratio}"

@@ -66,7 +66,7 @@ def round_table(trace: RoundTrace, lang: str = "en", stage: str = "accept") -> p
             t("round.col_parent", lang): f"#{n.parent}",
             t("tree.depth", lang): str(n.depth),
             t("walk.token", lang): show_token(n.text),
-            t("round.col_q", lang): _f(n.q),
+            t("round.col_q", lang): t("round.copied", lang) if n.copied else _f(n.q),
         }
         if stage in ("verify", "accept"):
             p = target_p(trace, n)
