@@ -33,7 +33,7 @@ from typing import Callable
 
 from . import SpecVizError, tuning
 from .drafters import eagle, medusa, sps
-from .drafters.base import DRAFT_VOCAB, Drafter, NoDraft
+from .drafters.base import Drafter, NoDraft
 from .drafters.pld import PromptLookupDrafter
 from .drafters.toy import ToyDrafter
 from .heads.io import shipped_head_dir
@@ -116,8 +116,9 @@ def tune(name: str, target, log=None, head_folder=None) -> dict | None:
     `make_drafter` only ever reads what this left."""
     if not get(name).tunable:
         raise SpecVizError(f"{name} has no tree to tune.")
-    # the trees are timed with the drafting a tuned drafter does (an EAGLE-1 head's cut vocabulary)
-    drafting = {"draft_vocab": DRAFT_VOCAB} if "draft_vocab" in accepted_options(name) else {}
+    # the trees are timed with the drafting a tuned drafter does (an EAGLE-1 head's cut vocabulary, the
+    # EAGLE drafters' lookup branch)
+    drafting = {k: v for k, v in tuning.TUNED_DRAFTING.items() if k in accepted_options(name)}
     return tuning.tree_for(target, name, head_folder or head_dir(name, target), "auto", measure=True, log=log,
                            build=lambda: make_drafter(name, target, tree_size="paper", head_dir=head_folder, **drafting))
 

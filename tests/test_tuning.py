@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from specviz import tuning
+from specviz import methods, tuning
 from specviz.engine import PREFETCH_ROWS, SpeculativeDecoder, vanilla_generate
 from specviz.examples import EXAMPLE_PROMPTS
 from specviz.heads.io import shipped_head_dir
@@ -183,6 +183,22 @@ def test_tuned_tree_picks_the_fastest_measured_tree_and_caches_the_pick(target, 
     profile["date"] = "2026-02-02"  # a refreshed head: timed again
     tuning.tuned_tree(target, "eagle3", folder, build=lambda: object())
     assert len(timed) == 4
+    # a pick timed with other drafting (before the lookup branch, say): timed again
+    monkeypatch.setattr(tuning.pick, "TUNED_DRAFTING", dict(tuning.TUNED_DRAFTING, lookup=0))
+    tuning.tuned_tree(target, "eagle3", folder, build=lambda: object())
+    assert len(timed) == 6
+    tuning.tuned_tree(target, "eagle3", folder, build=lambda: pytest.fail("timed twice"))
+
+
+def test_the_tuner_times_the_drafting_a_tuned_drafter_does(target, monkeypatch):
+    built = {}
+    monkeypatch.setattr(methods.tuning, "tree_for", lambda *a, **k: built.setdefault(a[1], k["build"]()) if "build" in k else None)
+    methods.tune("eagle3", target)
+    methods.tune("eagle2", target)
+    methods.tune("medusa", target)
+    assert built["eagle3"].lookup == tuning.TUNED_DRAFTING["lookup"] > 0
+    assert built["eagle2"].lookup > 0 and built["eagle2"].draft_vocab == tuning.TUNED_DRAFTING["draft_vocab"]
+    assert built["medusa"].describe()["name"] == "medusa"  # no lookup branch: only what it takes
 
 
 def test_time_candidates_runs_each_tree_against_vanilla(target):

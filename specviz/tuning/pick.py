@@ -8,7 +8,7 @@ import math
 import torch
 
 from .. import SpecVizError
-from ..drafters.base import NoDraft
+from ..drafters.base import DRAFT_VOCAB, LOOKUP_TOKENS, NoDraft
 from ..engine import SpeculativeDecoder
 from ..examples import EXAMPLE_PROMPTS
 from ..sampling import SamplingParams
@@ -47,6 +47,10 @@ def time_candidates(target, drafter, profile: dict, cands: list[dict], prompts, 
 
 
 SAMPLED_AT = SamplingParams(temperature=1.0)  # the temperature the trees for T > 0 are timed at
+# How a tuned drafter drafts besides its tree (specviz.methods.tune builds the timed drafter so): a pick
+# timed with other drafting is timed again, since the best tree depends on it (a lookup branch that
+# joins a greedy round makes its pass longer).
+TUNED_DRAFTING = {"draft_vocab": DRAFT_VOCAB, "lookup": LOOKUP_TOKENS}
 
 
 def tuned_tree(target, method: str, head_dir=None, log=None, build=None, measure: bool = True) -> dict | None:
@@ -84,7 +88,7 @@ def _timed_pick(target, method, profile, costs, ranked, build, params: SamplingP
     `pick.<method>.sampled`), once per device and profile, cached with the costs."""
     key = f"pick.{method}" + ("" if params.greedy else ".sampled")
     pick = costs.get(key)
-    if isinstance(pick, dict) and pick.get("profile") == profile_id(profile):
+    if isinstance(pick, dict) and pick.get("profile") == profile_id(profile) and pick.get("drafting") == TUNED_DRAFTING:
         return pick
     if not measure:
         return None
@@ -94,7 +98,7 @@ def _timed_pick(target, method, profile, costs, ranked, build, params: SamplingP
         log(f"timing {method}'s best trees against vanilla on this device (once, at temperature {params.temperature:g})")
     cands, vanilla = time_candidates(target, build(), profile, shortlist(ranked),
                                      EXAMPLE_PROMPTS[:SHORTLIST_PROMPTS], SHORTLIST_TOKENS, params)
-    pick = dict(profile=profile_id(profile), candidates=cands, vanilla_tok_s=vanilla["tok_s"],
+    pick = dict(profile=profile_id(profile), drafting=TUNED_DRAFTING, candidates=cands, vanilla_tok_s=vanilla["tok_s"],
                 prompts=SHORTLIST_PROMPTS, max_new_tokens=SHORTLIST_TOKENS, temperature=params.temperature)
     costs[key] = pick
     _save_costs(target.model, costs)
