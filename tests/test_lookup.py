@@ -115,3 +115,13 @@ def test_a_tuned_eagle_tree_gets_the_lookup_branch_and_the_papers_tree_not(targe
         methods.make_drafter("eagle3", target, lookup=-1)
     with pytest.raises(ValueError):
         methods.make_drafter("eagle2", target, lookup=True)
+
+
+@pytest.mark.parametrize("method", ["medusa", "eagle1"])
+def test_every_tree_drafter_takes_the_branch_on_the_real_model(method, target):
+    text = "The cat sat on the mat. The dog sat on the log. Repeat both sentences exactly."
+    ref = vanilla_generate(target, text, max_new_tokens=24)
+    d = methods.make_drafter(method, target, tree_size="paper", lookup=3)
+    res = SpeculativeDecoder(target, d, SamplingParams(), seed=0).generate(text, max_new_tokens=24)
+    assert res.tokens == ref.tokens
+    assert any(nd.copied and nd.status == "accepted" for tr in res.traces for nd in tr.nodes)

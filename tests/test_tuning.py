@@ -198,7 +198,7 @@ def test_the_tuner_times_the_drafting_a_tuned_drafter_does(target, monkeypatch):
     methods.tune("medusa", target)
     assert built["eagle3"].lookup == tuning.TUNED_DRAFTING["lookup"] > 0
     assert built["eagle2"].lookup > 0 and built["eagle2"].draft_vocab == tuning.TUNED_DRAFTING["draft_vocab"]
-    assert built["medusa"].describe()["name"] == "medusa"  # no lookup branch: only what it takes
+    assert built["medusa"].lookup > 0 and built["medusa"].draft_vocab == tuning.TUNED_DRAFTING["draft_vocab"]
 
 
 def test_time_candidates_runs_each_tree_against_vanilla(target):

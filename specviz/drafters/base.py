@@ -32,20 +32,14 @@ def default_draft_vocab(draft_vocab, tuned: bool):
     return (DRAFT_VOCAB if tuned else 0) if draft_vocab is None else draft_vocab
 
 
-LOOKUP_TOKENS = 3  # the lookup branch of a tuned EAGLE tree: tokens copied (docs/tuning.md)
+LOOKUP_TOKENS = 3  # the lookup branch of a tuned tree (EAGLE, Medusa): tokens copied (docs/tuning.md)
 LOOKUP_NGRAM = (2, 3)  # the tails it matches: 2 to 3 tokens (one token matched too often by chance)
 
 
 def default_lookup(lookup, tuned: bool) -> int:
-    """The lookup branch of an EAGLE drafter: `lookup` copied tokens when given (0: none), else
+    """The lookup branch of a tree drafter (drafters.lookup): `lookup` copied tokens when given (0: none), else
     LOOKUP_TOKENS on a tuned tree and none on the papers' trees, as the papers draft."""
     return (LOOKUP_TOKENS if tuned else 0) if lookup is None else lookup
-
-
-def check_lookup(lookup) -> int:
-    if isinstance(lookup, bool) or not isinstance(lookup, int) or lookup < 0:
-        raise ValueError(f"lookup must be a whole number >= 0 (0: no lookup branch), got {lookup!r}")
-    return lookup
 
 
 def cut_vocabulary(draft_vocab, vocab_size: int) -> int | None:

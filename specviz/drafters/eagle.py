@@ -26,8 +26,8 @@ from ..heads.io import load_head, shipped_head_dir
 from ..heads.layers import HeadCache
 from ..sampling import SamplingParams, warp_logits
 from ..tree import EAGLE1_TREE, DraftTree, RankedRows, VocabRows, build_dynamic_tree, build_sampled_tree, build_static_tree
-from .base import LOOKUP_NGRAM, Drafter, check_lookup, cut_vocabulary, default_draft_vocab, default_lookup
-from .lookup import NgramIndex
+from .base import Drafter, cut_vocabulary, default_draft_vocab
+from .lookup import LookupBranch, lookup_options
 from .shape import TreeShape, sampled_shape_of
 
 
@@ -78,12 +78,8 @@ class EagleDrafter(Drafter):
             raise ValueError(f"window must be a whole number >= 1 or None, got {window!r}")
         self.window = window
         self.base = 0  # the first context token the head's cache holds
-        # The lookup branch: at T = 0, prompt lookup's next `lookup` tokens (what followed the last
-        # 2-3 tokens earlier in the context) join the head's tree as a copied chain (DraftTree.with_chain).
-        # Outputs that quote their input (summaries, RAG, translation's names and numbers) are where the
-        # head, trained on chat answers, guesses worst and the copy best. What is accepted never changes.
-        self.lookup = check_lookup(lookup)
-        self.index = NgramIndex(LOOKUP_NGRAM[1], LOOKUP_NGRAM[0], self.lookup, stop_ids) if self.lookup else None
+        self.branch = LookupBranch(lookup, stop_ids)  # prompt lookup's copied chain at T = 0 (drafters.lookup)
+        self.lookup = self.branch.tokens
 
     # ------------------------------------------------------------------ state
     def _features(self, taps: dict) -> torch.Tensor:
@@ -155,9 +151,7 @@ class EagleDrafter(Drafter):
         d = super().describe(params)
         if self.draft_vocab:
             d["draft_vocab"] = self.draft_vocab
-        if self.lookup and params.greedy:
-            d["lookup"] = self.lookup
-        return d
+        return d | self.branch.describe(params)
 
     # ------------------------------------------------------------------ drafting
     def _dist(self, out, params: SamplingParams):
@@ -172,10 +166,7 @@ class EagleDrafter(Drafter):
         return q
 
     def propose(self, context, root, params, generator):
-        tree = self._draft(root, params, generator)
-        if self.lookup and params.greedy:
-            tree = tree.with_chain(self.index.follow(list(context) + [int(root)]))
-        return tree
+        return self.branch.graft(self._draft(root, params, generator), context, root, params)
 
     @torch.no_grad()
     def _draft(self, root, params, generator) -> DraftTree:
@@ -343,14 +334,6 @@ def _tuned(d: EagleDrafter, tuned: dict | None) -> EagleDrafter:
     return d
 
 
-def _lookup_options(target, lookup, tuned) -> dict:
-    """The lookup branch's drafter arguments (`lookup`: see `base.default_lookup`); it never copies the
-    tokenizer's special tokens."""
-    n = default_lookup(lookup, bool(tuned))
-    special = target.tokenizer.special_ids if n and hasattr(target, "tokenizer") else ()
-    return {"lookup": n, "stop_ids": special}
-
-
 def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = None, window=None, draft_vocab=None,
                 lookup=None):
     """EAGLE-1's static tree: `static_tree` paths, the device-tuned `tuned["paths"]` (the registry
@@ -359,7 +342,7 @@ def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = No
     head, model, folder = _load(target, "eagle1", head_dir)
     d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=tuned["paths"] if tuned else static_tree,
                      window=draft_window(head, window), draft_vocab=default_draft_vocab(draft_vocab, tuned),
-                     **_lookup_options(target, lookup, tuned))
+                     **lookup_options(target, lookup, tuned))
     return _tuned(d, tuned)
 
 
@@ -371,7 +354,7 @@ def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_token
         min_prob = tuned.get("min_prob", 0.0)
     d = EagleDrafter(head, model, name=name, tree="dynamic", depth=depth or paper_depth, top_k=top_k,
                      total_tokens=total_tokens or 24, min_prob=min_prob or 0.0, window=draft_window(head, window),
-                     draw=draw or "top", draft_vocab=draft_vocab, **_lookup_options(target, lookup, tuned))
+                     draw=draw or "top", draft_vocab=draft_vocab, **lookup_options(target, lookup, tuned))
     return _tuned(d, tuned)
 
 

@@ -9,6 +9,8 @@ tokens that followed it cut at the first stop id, and an earlier occurrence when
 
 from __future__ import annotations
 
+from .base import LOOKUP_NGRAM, default_lookup
+
 
 class NgramIndex:
     """Where each n-gram (min_ngram <= n <= max_ngram) of a growing token sequence starts."""
@@ -50,3 +52,33 @@ class NgramIndex:
                 if follow:
                     return follow
         return []
+
+
+class LookupBranch:
+    """A tree drafter's lookup branch: at T = 0, prompt lookup's next `tokens` tokens (what followed
+    the last 2-3 tokens earlier in the context) join the drafted tree as a copied chain
+    (DraftTree.with_chain). Outputs that quote their input (summaries, RAG, translation's names and
+    numbers) are where a head trained on chat answers guesses worst and the copy best. At T > 0 the
+    tree stays the head's: the sampled rule needs every sibling drawn from one q."""
+
+    def __init__(self, tokens: int = 0, stop_ids=()):
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise ValueError(f"lookup must be a whole number >= 0 (0: no lookup branch), got {tokens!r}")
+        self.tokens = tokens
+        self.index = NgramIndex(LOOKUP_NGRAM[1], LOOKUP_NGRAM[0], tokens, stop_ids) if tokens else None
+
+    def graft(self, tree, context, root, params):
+        if not self.tokens or not params.greedy:
+            return tree
+        return tree.with_chain(self.index.follow(list(context) + [int(root)]))
+
+    def describe(self, params) -> dict:
+        return {"lookup": self.tokens} if self.tokens and params.greedy else {}
+
+
+def lookup_options(target, lookup, tuned) -> dict:
+    """A tree drafter factory's lookup arguments (`lookup`: see `base.default_lookup`); the branch never
+    copies the tokenizer's special tokens (chat-template markers)."""
+    n = default_lookup(lookup, bool(tuned))
+    special = target.tokenizer.special_ids if n and hasattr(target, "tokenizer") else ()
+    return {"lookup": n, "stop_ids": special}

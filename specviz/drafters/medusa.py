@@ -18,6 +18,7 @@ from ..heads.io import load_head, shipped_head_dir
 from ..sampling import SamplingParams, warp_logits
 from ..tree import EAGLE1_TREE, DraftTree, RankedRows, VocabRows, build_static_tree
 from .base import Drafter, cut_vocabulary, default_draft_vocab
+from .lookup import LookupBranch, lookup_options
 from .shape import TreeShape
 
 
@@ -31,7 +32,7 @@ class MedusaDrafter(Drafter):
     sampled = False
     q_is_probability = True
 
-    def __init__(self, heads, model, tree=None, draft_vocab=None):
+    def __init__(self, heads, model, tree=None, draft_vocab=None, lookup=0, stop_ids=()):
         self.heads, self.model = heads, model
         # as an EAGLE-1 head's: the heads' distributions over the first `draft_vocab` ids only (base.cut_vocabulary)
         self.draft_vocab = cut_vocabulary(draft_vocab, model.cfg.vocab_size)
@@ -39,12 +40,14 @@ class MedusaDrafter(Drafter):
         self._shape = TreeShape.static(tree or default_medusa_tree(heads.n_heads))
         self._sampled = None  # the tree drafted at T > 0, when the tuner timed one there
         self.last = None
+        self.branch = LookupBranch(lookup, stop_ids)  # prompt lookup's copied chain at T = 0 (drafters.lookup)
+        self.lookup = self.branch.tokens
 
     def describe(self, params: SamplingParams = SamplingParams()) -> dict:
         d = super().describe(params)
         if self.draft_vocab:
             d["draft_vocab"] = self.draft_vocab
-        return d
+        return d | self.branch.describe(params)
 
     def reset(self, context, taps):
         self.last = taps["final"][-1] if context else None
@@ -58,8 +61,12 @@ class MedusaDrafter(Drafter):
     def restore(self, snap):
         self.last = snap["last"]
 
-    @torch.no_grad()
     def propose(self, context, root, params, generator):
+        return self.branch.graft(self._draft(root, params), context, root, params)
+
+    @torch.no_grad()
+    def _draft(self, root, params) -> DraftTree:
+        """The heads' tree."""
         if self.last is None:
             return DraftTree(tokens=[int(root)], parents=[-1], q=[1.0])
         p = next(self.heads.parameters())
@@ -98,16 +105,18 @@ def _softmax_top(lib, logits: torch.Tensor, temperature: float, k: int) -> Ranke
     return RankedRows(logits, top_v, top_i)
 
 
-def make_drafter(target, head_dir=None, tree=None, tuned: dict | None = None, draft_vocab=None):
+def make_drafter(target, head_dir=None, tree=None, tuned: dict | None = None, draft_vocab=None, lookup=None):
     """Medusa's static tree: `tree` paths, the device-tuned `tuned["paths"]` (the registry asks
-    `specviz.tuning`), or the default sparse tree. `draft_vocab`: see `base.default_draft_vocab`."""
+    `specviz.tuning`), or the default sparse tree. `draft_vocab`: see `base.default_draft_vocab`; `lookup`:
+    `base.default_lookup`."""
     model = target.model if hasattr(target, "model") else target
     folder = Path(head_dir) if head_dir else shipped_head_dir(model.name, "medusa")
     if not (folder / "config.json").is_file():
         raise SpecVizError(f"No Medusa heads for {model.name} (looked in {folder}); train them with "
                            "`python -m specviz.train medusa`.")
     heads = load_head(folder, target=model, dtype=model.dtype)
-    d = MedusaDrafter(heads, model, tree=tuned["paths"] if tuned else tree, draft_vocab=default_draft_vocab(draft_vocab, tuned))
+    d = MedusaDrafter(heads, model, tree=tuned["paths"] if tuned else tree, draft_vocab=default_draft_vocab(draft_vocab, tuned),
+                      **lookup_options(target, lookup, tuned))
     if tuned:
         d.reshape(d.shape, TreeShape.static(tuned["sampled"]["paths"]) if tuned.get("sampled") else None)
         d.tuning = tuned
