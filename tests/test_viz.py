@@ -92,6 +92,24 @@ def test_tree_figure_colours_and_customdata(lang):
     assert "p = 0.5000" in hov and "q = 0.6000" in hov
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_copied_nodes_are_diamonds_with_a_legend_and_say_so(lang):
+    tr = synthetic_trace()
+    fig = _is_fig(F.tree_figure(tr, lang=lang))
+    assert t("tree.copied_legend", lang) not in [d.name for d in fig.data]  # nothing copied: no entry
+    tr.nodes[3].copied = True
+    fig = _is_fig(F.tree_figure(tr, lang=lang))
+    symbols = {int(cd[0]): sym for d in fig.data if d.customdata is not None and d.marker.symbol is not None
+               for cd, sym in zip(d.customdata, d.marker.symbol)}
+    assert symbols[3] == "diamond" and symbols[1] == symbols[2] == "circle"
+    assert t("tree.copied_legend", lang) in [d.name for d in fig.data]
+    hov = [h for d in fig.data if d.hovertext is not None for h in d.hovertext]
+    assert sum(t("round.copied", lang) in h for h in hov) == 1
+    from specviz.viz.round import round_table
+    table = round_table(tr, lang, stage="draft")
+    assert list(table[t("round.col_q", lang)]) == ["0.600", "0.300", t("round.copied", lang), "0.200"]
+
+
 def test_tree_figure_draft_stage_grows():
     tr = synthetic_trace()
     f1 = F.tree_figure(tr, max_depth=1, reveal=False)

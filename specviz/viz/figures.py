@@ -201,6 +201,7 @@ def tree_figure(
             mode="markers+text",
             marker=dict(
                 size=[(20 if big else 30) if n.id == selected else (13 if big else 22) for n in group],
+                symbol=["diamond" if n.copied else "circle" for n in group],  # copied by prompt lookup
                 color=STATUS_COLORS[st],
                 opacity=0.45 if (st == "untried" and big) else 1.0,
                 line=dict(
@@ -216,6 +217,9 @@ def tree_figure(
             hoverinfo="text",
             name=t("status." + st, lang),
         ))
+    if any(n.copied for n in shown):  # a legend entry for the diamonds (no point of its own)
+        data.append(dict(type="scatter", x=[None], y=[None], mode="markers", name=t("tree.copied_legend", lang),
+                         marker=dict(symbol="diamond", size=12, color="#ffffff", line=dict(color="#555", width=1.5))))
     if show_extra and reveal and (max_depth is None or max_depth >= trace.nodes[-1].depth):
         anchor = trace.accepted_nodes[-1] if trace.accepted_nodes else trace.nodes[0].id
         ax, ay = pos[anchor]
