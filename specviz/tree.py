@@ -259,8 +259,8 @@ class DraftTree:
     def with_chain(self, tokens) -> "DraftTree":
         """The tree with a copied chain of `tokens` from the root (prompt lookup's guess): the chain
         follows the children that already draft its tokens and goes on as new nodes (q = 1, a
-        deterministic draft) where none does. Only a greedy round can verify it: the sampled rule needs
-        every sibling drawn from one q. Returns the tree itself when the chain adds nothing."""
+        deterministic draft) where none does; verify tries a copied child as a one-hot draft under any
+        rule, since it depends on the context alone. Returns the tree itself when the chain adds nothing."""
         tokens_, parents, q, scores = list(self.tokens), list(self.parents), list(self.q), list(self.scores)
         kids = self.children_lists()
         node, added = 0, []

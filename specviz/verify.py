@@ -12,7 +12,8 @@ Three exact rules, chosen from the tree and the sampling settings:
 * sampled drafts (``tree.sampled`` True: children were *drawn* from q = ``tree.dists[parent]``;
   Leviathan/Chen chain, SpecInfer tree): accept x with probability min(1, p_res(x) / q(x)); on
   rejection p_res <- norm(max(p_res - q, 0)). Children drawn *without* replacement
-  (``tree.without_replacement`` True) also drop x from q and renormalise it.
+  (``tree.without_replacement`` True) also drop x from q and renormalise it. A child copied from the
+  context by prompt lookup (``tree.copied``) is a deterministic draft in any tree: q = one-hot(x).
 
 The deterministic rule is the sampled rule with q = one-hot(x): min(1, p/1) = p(x) and
 max(p - onehot(x), 0) = p with x zeroed. So one walk serves both; the difference is only which
@@ -186,24 +187,27 @@ def verify(
             dist = policy.bonus_dist(p[cur], None if p_raw is None else p_raw[cur])
             return VerifyResult(accepted, sample(dist, generator), "bonus", dist, steps, rule, residuals)
         w = p[cur]  # the current (residual) target distribution at this node
-        qvec = rule_q(tree, cur, source)  # None: one-hot q of a deterministic draft
+        # None: one-hot q of a deterministic draft. A child copied by prompt lookup is one at any rule:
+        # it depends on the context alone, not on this node's draws (exact in any place among them)
+        qvec = rule_q(tree, cur, source) if any(c not in tree.copied for c in kids[cur]) else None
         nxt = None
         for c in kids[cur]:
             x = tree.tokens[c]
-            q_used = onehot(x, w) if qvec is None else qvec
+            q_c = None if c in tree.copied else qvec
+            q_used = onehot(x, w) if q_c is None else q_c
             px, qx = float(w[x]), float(q_used[x])
             a = policy.accept_prob(px, qx)  # accept x with probability min(1, p(x) / q(x))
             u = float(torch.rand(1, generator=generator))
             ok = u < a
             steps.append(AcceptStep(depth=depths[c], node=c, token=x, text="", p=px,
-                                    q=float(tree.q[c]) if qvec is None else qx,
+                                    q=float(tree.q[c]) if q_c is None else qx,
                                     ratio=(px / qx) if qx > 0 else None, u=u, accepted=ok))
             if ok:
                 nxt = c
                 break
             w = policy.residual(w, q_used, x, drawn)  # on rejection: p <- norm(max(p - q, 0))
             residuals[c] = w
-            if qvec is not None and tree.without_replacement:
+            if q_c is not None and tree.without_replacement:
                 qvec = drop_token(qvec, x)  # drawn without replacement: x cannot come again
         if nxt is None:
             # every child rejected: the correction is drawn from the residual

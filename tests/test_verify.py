@@ -331,3 +331,45 @@ def test_draft_vocabulary_rows_build_the_same_tree_as_full_rows():
         assert torch.equal(small.dists[node], full.dists[node]) and small.dists[node].shape == (V,)
     v, i = VocabRows(torch.tensor([[0.7, 0.3]]), torch.tensor([5, 2]), 10).topk(4)
     assert v[0].tolist() == pytest.approx([0.7, 0.3, 0.0, 0.0]) and i[0, :2].tolist() == [5, 2]
+
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_a_copied_chain_in_a_sampled_tree_keeps_the_targets_distribution(planted, monkeypatch):
+    """Trees drawn from q with a copied chain grafted on (a fixed guess of the context, q = one-hot):
+    the first two tokens still come out as p(t1) p(t2 | t1). Planted: the copied children verified with
+    their parent's q like the drawn ones, which the same chi-square catches."""
+    from specviz import verify as VM
+    from specviz.tree import build_sampled_tree
+
+    if planted:
+        real = DraftTree.with_chain  # the same trees, without the marks the rule reads
+
+        def unmarked(self, tokens):
+            t = real(self, tokens)
+            object.__setattr__(t, "copied", frozenset())
+            return t
+        monkeypatch.setattr(DraftTree, "with_chain", unmarked)
+    V, trials = 4, 12000
+    row = _tables(V, 5)
+    expand = lambda tree, nodes: torch.stack([row("q", _prefix(tree, i)) for i in nodes])  # noqa: E731
+    g = torch.Generator().manual_seed(13)
+    counts = torch.zeros(V, V)
+    for _ in range(trials):
+        tree = build_sampled_tree(0, expand, depth=2, top_k=2, total_tokens=3, generator=g)
+        tree = tree.with_chain([3, 3])  # p of token 3 is small after the root: the copy is often wrong
+        if not planted:
+            assert tree.copied
+        dists = dict(tree.dists)
+        for i in range(len(tree)):  # a copied node with children needs q rows only where a drawn child hangs
+            dists.setdefault(i, row("q", _prefix(tree, i)))
+        tree.dists = dists
+        P = torch.stack([row("p", _prefix(tree, i)) for i in range(len(tree))])
+        res = VM.verify(tree, P, T1, g)
+        toks = [tree.tokens[i] for i in res.accepted] + [res.extra_token]
+        if len(toks) < 2:
+            toks.append(int(torch.multinomial(row("p", (toks[0],)), 1, generator=g)))
+        counts[toks[0], toks[1]] += 1
+    want = torch.stack([row("p", ())[a].double() * row("p", (a,)).double() for a in range(V)]).flatten()
+    want = want / want.sum() * trials
+    p_value = chisquare(counts.flatten().double().numpy(), want.numpy()).pvalue
+    assert (p_value > 1e-3) == (not planted), p_value

@@ -59,7 +59,8 @@ class LookupBranch:
     the last 2-3 tokens earlier in the context) join the drafted tree as a copied chain
     (DraftTree.with_chain). Outputs that quote their input (summaries, RAG, translation's names and
     numbers) are where a head trained on chat answers guesses worst and the copy best. At T > 0 the
-    tree stays the head's: the sampled rule needs every sibling drawn from one q."""
+    tree stays the head's: verify keeps a copied chain exact there too (a one-hot draft), but it was
+    accepted too rarely to pay for its verify tokens (docs/tuning.md)."""
 
     def __init__(self, tokens: int = 0, stop_ids=()):
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
