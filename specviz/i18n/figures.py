@@ -62,7 +62,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "round.argmax": ("argmax test", "argmax 判定"),
     "round.onehot": ("1 (one-hot)", "1（独热）"),
     "round.copied": ("1 (copied from the context)", "1（从上下文复制）"),
-    "tree.copied_legend": ("copied from the context (prompt lookup)", "从上下文复制（提示词查找）"),
+    "tree.copied_legend": ("copied (prompt lookup)", "复制（提示词查找）"),
     "round.rule_greedy": ("Greedy rule: a drafted token is accepted exactly when it is the target's argmax; nothing is drawn (u is empty). p is the target's plain softmax, shown for reference.",
                           "贪心规则：草稿 token 恰好是目标模型的 argmax 时被接受；不抽随机数（u 为空）。p 是目标模型的普通 softmax，仅供参考。"),
     "round.rule_onehot": ("Tree rule with chosen (top-k) children, as in EAGLE-2/3: it is min(1, p/q) with a one-hot q, so a child x is accepted with probability a = p_res(x), the target's current residual. The draft's q only ranked the children; the rule does not divide by it.",
