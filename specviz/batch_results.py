@@ -80,4 +80,6 @@ def tree_words(tree: dict | None, lang: str = "en") -> str:
         text = t("batch.tree_dynamic", lang, d=tree.get("depth", "?"), n=tree.get("total_tokens", "?"))
         if tree.get("min_prob"):
             text += t("batch.tree_floor", lang, p=tree["min_prob"])
+    if tree.get("lookup"):
+        text += t("batch.tree_lookup", lang, n=tree["lookup"])
     return text + (t("batch.tree_tuned", lang) if tree.get("source") == "device-tuned" else "")

@@ -171,7 +171,8 @@ def describe_tree(drafter, params: SamplingParams = SamplingParams()) -> dict | 
     shape = drafter.shape
     if shape is None:
         return None
-    vocab = {k: v for k, v in drafter.describe(params).items() if k == "draft_vocab"}  # a cut vocabulary, if any
+    # how it drafts besides its tree: a cut vocabulary, a lookup branch (drafters.base), if any
+    vocab = {k: v for k, v in drafter.describe(params).items() if k in ("draft_vocab", "lookup")}
     t = drafter.tuning
     if t:
         t = t.get("sampled", t) if not params.greedy else t

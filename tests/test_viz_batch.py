@@ -214,6 +214,9 @@ def test_crossover_in_words_with_the_measured_numbers():
     assert machine_label(report({}, cuda="NVIDIA H200", device="cuda")) == "NVIDIA H200"
     assert machine_label(report({}, cuda="NVIDIA H200", device="cpu"), "zh") == "Test CPU（2 个线程）"
     assert tree_words(TREES["eagle3"]) == "a dynamic tree of depth 5, at most 64 nodes, paths kept above probability 0.15 (tuned for the measuring machine)"
+    assert tree_words(dict(TREES["eagle3"], lookup=3)) == (
+        "a dynamic tree of depth 5, at most 64 nodes, paths kept above probability 0.15, plus up to 3 tokens copied "
+        "from the context (prompt lookup) (tuned for the measuring machine)")
 
 
 def test_shipped_batch_results_read_only_measurements(tmp_path):

@@ -76,6 +76,8 @@ STRINGS: dict[str, tuple[str, str]] = {
     "batch.tree_static": ("a static tree of {n} nodes", "{n} 个节点的静态树"),
     "batch.tree_dynamic": ("a dynamic tree of depth {d}, at most {n} nodes", "深度 {d}、最多 {n} 个节点的动态树"),
     "batch.tree_floor": (", paths kept above probability {p}", "，只保留概率高于 {p} 的路径"),
+    "batch.tree_lookup": (", plus up to {n} tokens copied from the context (prompt lookup)",
+                          "，另加最多 {n} 个从上下文复制的 token（提示词查找）"),
     "batch.tree_tuned": (" (tuned for the measuring machine)", "（为测量所用的机器调优）"),
     # ---- figures (specviz/viz/batch.py)
     "batch.m_paper": ("{m} (papers' tree)", "{m}（论文的树）"),
