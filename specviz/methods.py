@@ -34,6 +34,7 @@ from typing import Callable
 from . import SpecVizError, tuning
 from .drafters import eagle, medusa, sps
 from .drafters.base import Drafter, NoDraft
+from .drafters.lookup import stop_ids_of
 from .drafters.pld import PromptLookupDrafter
 from .drafters.toy import ToyDrafter
 from .heads.io import shipped_head_dir
@@ -60,9 +61,8 @@ DYNAMIC_SIDEBAR = ("depth", "tree_topk", "total_tokens", "min_prob", "draw_sampl
 
 
 def _pld(target, **options) -> Drafter:
-    special = getattr(getattr(target, "tokenizer", None), "special_ids", ()) or ()
     try:
-        return PromptLookupDrafter(stop_ids=special, **options)
+        return PromptLookupDrafter(stop_ids=stop_ids_of(target), **options)
     except ValueError as e:
         raise SpecVizError(str(e)) from e
 

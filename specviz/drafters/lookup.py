@@ -34,7 +34,7 @@ class NgramIndex:
             starts = self._starts.setdefault(n, {})
             for s in range(max(0, m - n + 1), len(prefix) - n + 1):
                 starts.setdefault(tuple(prefix[s : s + n]), []).append(s)
-        self._seq = list(prefix)
+        self._seq.extend(prefix[m:])  # only the new tokens (a round adds a few to a long context)
 
     def follow(self, seq: list[int]) -> list[int]:
         """Tokens that followed the most recent earlier occurrence of the longest matching tail of `seq`."""
@@ -77,9 +77,13 @@ class LookupBranch:
         return {"lookup": self.tokens} if self.tokens and params.greedy else {}
 
 
+def stop_ids_of(target) -> tuple:
+    """The token ids prompt lookup never copies: the tokenizer's special tokens (chat-template markers);
+    none for a bare model."""
+    return tuple(getattr(getattr(target, "tokenizer", None), "special_ids", ()) or ())
+
+
 def lookup_options(target, lookup, tuned) -> dict:
-    """A tree drafter factory's lookup arguments (`lookup`: see `base.default_lookup`); the branch never
-    copies the tokenizer's special tokens (chat-template markers)."""
+    """A tree drafter factory's lookup arguments (`lookup`: see `base.default_lookup`)."""
     n = default_lookup(lookup, bool(tuned))
-    special = target.tokenizer.special_ids if n and hasattr(target, "tokenizer") else ()
-    return {"lookup": n, "stop_ids": special}
+    return {"lookup": n, "stop_ids": stop_ids_of(target) if n else ()}

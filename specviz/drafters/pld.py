@@ -15,11 +15,7 @@ class PromptLookupDrafter(Drafter):
     name = "pld"
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_tokens: int = 10, stop_ids=()):
-        if not 1 <= min_ngram <= max_ngram or num_tokens < 1:
-            raise ValueError("PLD needs 1 <= min_ngram <= max_ngram and num_tokens >= 1")
-        self.max_ngram, self.min_ngram, self.num_tokens = max_ngram, min_ngram, num_tokens
-        self.index = NgramIndex(max_ngram, min_ngram, num_tokens, stop_ids)
-        self.stop_ids = self.index.stop_ids
+        self.index = NgramIndex(max_ngram, min_ngram, num_tokens, stop_ids)  # checks the settings
 
     def lookup(self, seq: list[int]) -> list[int]:
         """Tokens that followed the most recent earlier occurrence of the longest matching tail."""
