@@ -103,7 +103,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--method", default="eagle3", choices=["eagle2", "eagle3"])
     ap.add_argument("--tree", action="append", default=None, metavar="DEPTH:NODES",
-                    help="a dynamic tree (top-k 8, no floor); repeatable (default: 1:2 and 2:3)")
+                    help="a dynamic tree (top-k 8, no floor), or 'tuned' (the device-tuned tree with its lookup branch); "
+                         "repeatable (default: 1:2 and 2:3)")
     ap.add_argument("--draft-vocab", type=int, action="append", default=None, metavar="N",
                     help="EAGLE-2: draft over the first N token ids (0: all); repeatable, each with every tree")
     ap.add_argument("--prompts", type=int, default=12, help="Spec-Bench dev prompts (spread over its categories)")
@@ -113,14 +114,19 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     target = load_target()
-    trees = [tuple(int(x) for x in t.split(":")) for t in (args.tree or ["1:2", "2:3"])]
+    trees = [None if t == "tuned" else tuple(int(x) for x in t.split(":")) for t in (args.tree or ["1:2", "2:3"])]
     runs = {"vanilla": NoDraft()}
     vocabs = args.draft_vocab if args.method == "eagle2" and args.draft_vocab else [None]
-    for depth, nodes in trees:
+    for tree in trees:
         for vocab in vocabs:
             extra = {} if vocab is None else {"draft_vocab": vocab}
-            name = f"{args.method} depth {depth}, {nodes} nodes" + ("" if vocab is None else f", vocab {vocab or 'all'}")
-            runs[name] = make_drafter(args.method, target, depth=depth, total_tokens=nodes, top_k=8, **extra)
+            suffix = "" if vocab is None else f", vocab {vocab or 'all'}"
+            if tree is None:  # the device-tuned tree, lookup branch included, as the benchmark runs it
+                runs[f"{args.method} tuned tree{suffix}"] = make_drafter(args.method, target, **extra)
+                continue
+            depth, nodes = tree
+            runs[f"{args.method} depth {depth}, {nodes} nodes{suffix}"] = make_drafter(
+                args.method, target, depth=depth, total_tokens=nodes, top_k=8, **extra)
     prompts = load_prompts(str(ROOT.parent / "shared" / "data" / "spec_bench_dev.jsonl"), args.prompts)
     ids = [target.tokenizer.safe_chat_ids(p["prompt"]) for p in prompts]
     clock = Clock()
@@ -157,7 +163,7 @@ def main(argv=None) -> int:
               + " ".join(f"{r['phases_ms'][k]:7.3f}" for k in (*PHASES, "other")))
     if args.out:
         Path(args.out).write_text(json.dumps(dict(
-            settings=dict(method=args.method, trees=[f"{d}:{n}" for d, n in trees], draft_vocab=vocabs, prompts=len(ids),
+            settings=dict(method=args.method, trees=["tuned" if t is None else f"{t[0]}:{t[1]}" for t in trees], draft_vocab=vocabs, prompts=len(ids),
                           tokens=args.tokens,
                           threads=args.threads), machine=machine(),
             date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), identical_to_vanilla=identical, methods=rows), indent=1) + "\n")

@@ -20,6 +20,7 @@ from . import SpecVizError, cudagraph, qkernel
 from .blockweights import LayerBlocks, attach_blocks, quantize_q8_0
 from .config import ModelConfig, rope_inv_freq
 from .loading import DEFAULT_MODEL, default_device, default_dtype, default_gguf_path, load_checkpoint
+from .machine import cpu_vendor
 from .ops import keep_entries, rms_norm, rope_cos_sin, rotate_half
 from .tokenizer import ChatTokenizer
 
@@ -86,11 +87,20 @@ class ForwardOut:
 # cached on the development CPUs; 32 keeps a margin (docs/runtime.md has the measurements).
 FUSED_MAX_TOKENS = 32
 FUSED_LAYERS = True
-# Long passes (prefill) by the block kernel's vector width: from how many rows the dense fp32
-# weights (torch's GEMM; the same weights, bit for bit) are faster. AVX2 decodes a 4-bit block
-# with ~5 instructions per 8 weights, and torch's AVX2 GEMM overtakes it from a few dozen rows; with
-# AVX-512 the blocks win at every size measured, so no switch (docs/runtime.md).
-DENSE_FROM_ROWS = {256: 64}
+# Long passes (prefill): from how many rows the dense fp32 weights (torch's GEMM, MKL; the same
+# weights, bit for bit) are faster than the blocks, by the block kernel's vector width and the CPU's
+# vendor (MKL picks its kernels by vendor). AVX2 decodes a 4-bit block with ~5 instructions per 8
+# weights, and torch's AVX2 GEMM overtakes it from a few dozen rows; on an Intel CPU with AVX-512,
+# MKL's GEMM overtakes the blocks from ~100 rows; on an AMD one with AVX-512 the blocks won at every
+# size measured, so no switch (docs/runtime.md). A fixed rule, not a timing at start-up: the choice
+# changes a prefill's bits, and two machines with the same `machine.numerics()` must compute the same.
+DENSE_FROM_ROWS = {(256, None): 64, (512, "Intel"): 128}
+
+
+def dense_from_rows(simd: int, vendor: str) -> int | None:
+    """DENSE_FROM_ROWS for this vector width and CPU vendor (a width's None entry: any vendor)."""
+    rows = DENSE_FROM_ROWS.get((simd, vendor))
+    return rows if rows is not None else DENSE_FROM_ROWS.get((simd, None))
 
 
 def _linear(x, dense, blocks, lib, bias=None):
@@ -160,7 +170,7 @@ class TargetModel:
         self._lib = qkernel.library() if why is None else None
         if why is None:
             self._arm_fused_layers()
-            self.dense_from_rows = DENSE_FROM_ROWS.get(self._lib.blockmm_simd())
+            self.dense_from_rows = dense_from_rows(self._lib.blockmm_simd(), cpu_vendor())
         self.kernel_note = "GGUF block weights (fp32 compute)" if why is None else f"dense weights ({why})"
         return why is None
 

@@ -155,6 +155,19 @@ def _state_of(m: TargetModel) -> dict:
     return sd
 
 
+def test_the_dense_switch_follows_the_vector_width_and_the_vendor():
+    """MKL picks its GEMM by CPU vendor: on an Intel CPU with AVX-512 it beats the 4-bit blocks from ~100
+    rows, on an AMD one it never did, and on AVX2 torch's GEMM wins from a few dozen rows whoever made
+    the CPU. A rule of (width, vendor), so two machines with one `numerics()` string prefill alike."""
+    from specviz.target import dense_from_rows
+
+    assert dense_from_rows(512, "Intel") == 128
+    assert dense_from_rows(512, "AMD") is None
+    assert dense_from_rows(512, "") is None
+    assert dense_from_rows(256, "AMD") == dense_from_rows(256, "Intel") == 64
+    assert dense_from_rows(0, "Intel") is None
+
+
 @pytest.mark.parametrize("dense_from", [None, 40])
 def test_long_passes_switch_to_the_dense_weights_where_they_are_faster(target, hf_model, monkeypatch, dense_from):
     """On an AVX2 CPU a prefill of >= DENSE_FROM_ROWS rows runs on the dense copy of the weights
