@@ -441,6 +441,7 @@ def build_sampled_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
     width = min(top_k, max(1, total_tokens - 1))
     floor = math.log(min_prob) if min_prob > 0 else -math.inf
     tree = DraftTree(tokens=[int(root)], parents=[-1], q=[1.0], sampled=True, without_replacement=True)
+    where = {}  # node -> (its level's distributions, its row): the full rows are built only where read
     budget, frontier = total_tokens - 1, [0]
     for _ in range(depth):
         frontier = [i for i in sorted(frontier, key=lambda i: (-tree.scores[i], i))[:width] if tree.scores[i] >= floor]
@@ -449,24 +450,38 @@ def build_sampled_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
         dists = expand(tree, frontier)
         nxt = []
         for row, node in enumerate(frontier):
-            q = torch.as_tensor(dists[row])
-            tree.dists[node] = q
-            k = min(width, budget, int((q > 0).sum()))
+            where[node] = (dists, row)
+            q, ids = _draft_columns(dists, row)
+            # at most `width` draws, so only q's `width` largest entries are counted (the drafting kernel found them)
+            top = dists.top_v[row, :width] if isinstance(dists, RankedRows) and dists.top_v.shape[1] >= width else q
+            k = min(width, budget, int((top > 0).sum()))
             if min_prob > 0:  # as many draws as q has children likely enough (decided from q, before any draw)
-                k = min(k, int((q >= math.exp(floor - tree.scores[node])).sum()))
+                k = min(k, int((top >= math.exp(floor - tree.scores[node])).sum()))
             if k <= 0:
                 continue
             rest = q
             for j in range(k):  # k draws without replacement: one at a time, each drawn token removed
-                x = sample(rest, generator)  # inverse CDF: ~10x cheaper than torch.multinomial on 49k tokens
-                tree = _append(tree, node, x, float(q[x]))
+                c = sample(rest, generator)  # inverse CDF: ~10x cheaper than torch.multinomial on 49k tokens
+                tree = _append(tree, node, c if ids is None else int(ids[c]), float(q[c]))
                 nxt.append(len(tree) - 1)
                 if j + 1 < k:
                     rest = rest.clone() if j == 0 else rest
-                    rest[x] = 0
+                    rest[c] = 0
             budget -= k
         frontier = nxt
+    tree.dists = RowsOf(where)
     return tree
+
+
+def _draft_columns(dists, r: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Row r of a drafter's distributions as (q, the target ids of its columns), ids None for a full
+    row. A draft vocabulary's row stays in its own columns (EAGLE-3: 8,192 of 49,152): the draw, the
+    counts and q of the drawn token need no 49k-wide row, and the draw is the same, since the columns'
+    ids ascend and the full row's other entries are zeros, which leave the inverse CDF unchanged."""
+    rows = dists.rows if isinstance(dists, RankedRows) else dists
+    if isinstance(rows, VocabRows):
+        return rows.probs[r], rows.ids
+    return torch.as_tensor(rows[r]), None
 
 
 def _close_under_parents(keep: list[int], cand) -> list[int]:

@@ -266,6 +266,43 @@ def test_sampled_dynamic_tree_keeps_draw_order_and_its_budget():
         assert again.tokens == tree.tokens  # the generator decides every draw
 
 
+def test_sampled_tree_draws_in_a_draft_vocabulary_as_over_full_rows():
+    """EAGLE-3 drafts over 8,192 of 49,152 tokens: the sampled tree draws in those columns (as
+    `VocabRows`, with the kernel's top-k as `RankedRows`) and must draw exactly what it drew from the
+    49k-wide rows, with the same q and the same full rows kept for the acceptance walk."""
+    from specviz.tree import RankedRows, VocabRows, build_sampled_tree
+
+    V, ids = 40, torch.tensor([1, 4, 5, 9, 13, 20, 21, 30, 33, 38])  # ascending, as a head's draft vocabulary
+
+    def columns(tree, nodes):  # a seeded draft distribution per path, over the draft vocabulary only
+        rows = []
+        for i in nodes:
+            g = torch.Generator().manual_seed(hash(_prefix(tree, i)) % 10_000)
+            r = torch.rand(len(ids), generator=g) ** 3
+            r[torch.rand(len(ids), generator=g) < 0.3] = 0.0  # some draft tokens have no mass
+            rows.append(r / r.sum())
+        return torch.stack(rows)
+
+    as_full = lambda tree, nodes: torch.stack([VocabRows(columns(tree, nodes), ids, V)[r] for r in range(len(nodes))])  # noqa: E731
+    as_vocab = lambda tree, nodes: VocabRows(columns(tree, nodes), ids, V)  # noqa: E731
+
+    def as_ranked(tree, nodes):
+        rows = as_vocab(tree, nodes)
+        return RankedRows(rows, *rows.topk(3))
+
+    for seed in range(30):
+        for floor in (0.0, 0.05):
+            trees = [build_sampled_tree(0, expand, depth=3, top_k=3, total_tokens=8, generator=torch.Generator().manual_seed(seed),
+                                        min_prob=floor) for expand in (as_full, as_vocab, as_ranked)]
+            full = trees[0]
+            assert len(full) > 1
+            for tree in trees[1:]:
+                assert tree.tokens == full.tokens and tree.parents == full.parents and tree.q == full.q
+                assert set(tree.dists) == set(full.dists)
+                assert all(torch.equal(tree.dists[n], full.dists[n]) for n in full.dists)
+                assert all(t in ids.tolist() for t in tree.tokens[1:])
+
+
 @pytest.mark.parametrize("variant", ["correct", "resample-from-p"])
 def test_sampled_dynamic_tree_rounds_give_the_targets_two_token_distribution(variant):
     """Rounds of (draw a tree from q with build_sampled_tree, verify it) give the first two tokens
