@@ -33,6 +33,7 @@ from specviz.engine import SpeculativeDecoder  # noqa: E402
 from specviz.machine import machine  # noqa: E402
 from specviz.methods import make_drafter  # noqa: E402
 from specviz.target import load_target  # noqa: E402
+from specviz.sampling import SamplingParams  # noqa: E402
 from specviz.target_rows import TargetRows  # noqa: E402
 
 PHASES = ("draft", "pass", "lm_head", "rows", "walk", "commit", "trace")
@@ -85,9 +86,10 @@ def restore(undo) -> None:
             setattr(owner, name, old)
 
 
-def decode(target, drafter, ids, clock: Clock, max_new: int) -> tuple[list[int], int, float, dict]:
-    """One greedy decode after its prefill (not timed): tokens, rounds, seconds and time per phase."""
-    dec = SpeculativeDecoder(target, drafter, seed=0, detail=False)
+def decode(target, drafter, ids, clock: Clock, max_new: int, params: SamplingParams = SamplingParams()
+           ) -> tuple[list[int], int, float, dict]:
+    """One decode after its prefill (not timed): tokens, rounds, seconds and time per phase."""
+    dec = SpeculativeDecoder(target, drafter, params=params, seed=0, detail=False)
     dec.start(ids, max_new)
     drafter.propose = clock.wrap(type(drafter).propose.__get__(drafter), "draft")
     drafter.commit = clock.wrap(type(drafter).commit.__get__(drafter), "commit")
@@ -110,9 +112,12 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", type=int, default=12, help="Spec-Bench dev prompts (spread over its categories)")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="0: greedy (outputs checked against vanilla's); > 0: sampled, each decode seeded alike")
     ap.add_argument("--out", help="write the table as JSON here")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    params = SamplingParams(temperature=args.temperature)
     target = load_target()
     trees = [None if t == "tuned" else tuple(int(x) for x in t.split(":")) for t in (args.tree or ["1:2", "2:3"])]
     runs = {"vanilla": NoDraft()}
@@ -125,8 +130,9 @@ def main(argv=None) -> int:
                 runs[f"{args.method} tuned tree{suffix}"] = make_drafter(args.method, target, **extra)
                 continue
             depth, nodes = tree
+            draw = {} if params.greedy else {"draw": "sample"}  # at T > 0 drafts drawn from q, as the tuned trees do
             runs[f"{args.method} depth {depth}, {nodes} nodes{suffix}"] = make_drafter(
-                args.method, target, depth=depth, total_tokens=nodes, top_k=8, **extra)
+                args.method, target, depth=depth, total_tokens=nodes, top_k=8, **extra, **draw)
     prompts = load_prompts(str(ROOT.parent / "shared" / "data" / "spec_bench_dev.jsonl"), args.prompts)
     ids = [target.tokenizer.safe_chat_ids(p["prompt"]) for p in prompts]
     clock = Clock()
@@ -134,13 +140,13 @@ def main(argv=None) -> int:
     total = {name: dict(tokens=0, rounds=0, seconds=0.0, phases=defaultdict(float)) for name in runs}
     identical = True
     try:
-        decode(target, runs["vanilla"], ids[0], clock, 16)  # warm-up
+        decode(target, runs["vanilla"], ids[0], clock, 16, params)  # warm-up
         for prompt_ids in ids:
             reference = None
             for name, drafter in runs.items():
-                toks, rounds, secs, spent = decode(target, drafter, prompt_ids, clock, args.tokens)
+                toks, rounds, secs, spent = decode(target, drafter, prompt_ids, clock, args.tokens, params)
                 reference = toks if reference is None else reference
-                identical &= toks == reference
+                identical &= toks == reference or not params.greedy  # a sampled decode draws differently
                 t = total[name]
                 t["tokens"], t["rounds"], t["seconds"] = t["tokens"] + len(toks), t["rounds"] + rounds, t["seconds"] + secs
                 for k, v in spent.items():
@@ -155,15 +161,16 @@ def main(argv=None) -> int:
         rows[name] = dict(tau=t["tokens"] / t["rounds"], round_ms=1000 * t["seconds"] / t["rounds"],
                           ms_per_token=1000 * t["seconds"] / t["tokens"],
                           decode_vs_vanilla=base / (t["seconds"] / t["tokens"]), phases_ms=per_round)
-    print(f"{len(ids)} Spec-Bench dev prompts x {args.tokens} new tokens, greedy, {args.threads} threads; "
-          f"outputs identical to vanilla: {identical}")
+    mode = "greedy" if params.greedy else f"temperature {args.temperature}"
+    print(f"{len(ids)} Spec-Bench dev prompts x {args.tokens} new tokens, {mode}, {args.threads} threads"
+          + (f"; outputs identical to vanilla: {identical}" if params.greedy else ""))
     print(f"{'':40s} {'tau':>5s} {'round':>6s} {'/token':>6s} {'vs van':>6s} " + " ".join(f"{k:>7s}" for k in (*PHASES, "other")))
     for name, r in rows.items():
         print(f"{name:40s} {r['tau']:5.2f} {r['round_ms']:6.2f} {r['ms_per_token']:6.2f} {r['decode_vs_vanilla']:5.2f}x "
               + " ".join(f"{r['phases_ms'][k]:7.3f}" for k in (*PHASES, "other")))
     if args.out:
         Path(args.out).write_text(json.dumps(dict(
-            settings=dict(method=args.method, trees=["tuned" if t is None else f"{t[0]}:{t[1]}" for t in trees], draft_vocab=vocabs, prompts=len(ids),
+            settings=dict(method=args.method, temperature=args.temperature, trees=["tuned" if t is None else f"{t[0]}:{t[1]}" for t in trees], draft_vocab=vocabs, prompts=len(ids),
                           tokens=args.tokens,
                           threads=args.threads), machine=machine(),
             date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), identical_to_vanilla=identical, methods=rows), indent=1) + "\n")
