@@ -32,8 +32,8 @@ from specviz.drafters.base import NoDraft  # noqa: E402
 from specviz.engine import SpeculativeDecoder  # noqa: E402
 from specviz.machine import machine  # noqa: E402
 from specviz.methods import make_drafter  # noqa: E402
-from specviz.target import load_target  # noqa: E402
 from specviz.sampling import SamplingParams  # noqa: E402
+from specviz.target import load_target  # noqa: E402
 from specviz.target_rows import TargetRows  # noqa: E402
 
 PHASES = ("draft", "pass", "lm_head", "rows", "walk", "commit", "trace")
@@ -170,7 +170,8 @@ def main(argv=None) -> int:
               + " ".join(f"{r['phases_ms'][k]:7.3f}" for k in (*PHASES, "other")))
     if args.out:
         Path(args.out).write_text(json.dumps(dict(
-            settings=dict(method=args.method, temperature=args.temperature, trees=["tuned" if t is None else f"{t[0]}:{t[1]}" for t in trees], draft_vocab=vocabs, prompts=len(ids),
+            settings=dict(method=args.method, temperature=args.temperature,
+                          trees=["tuned" if t is None else f"{t[0]}:{t[1]}" for t in trees], draft_vocab=vocabs, prompts=len(ids),
                           tokens=args.tokens,
                           threads=args.threads), machine=machine(),
             date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), identical_to_vanilla=identical, methods=rows), indent=1) + "\n")
