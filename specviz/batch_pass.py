@@ -106,9 +106,9 @@ def _layers_fused(model, parts, tokens, cos, sin, taps, out_taps) -> torch.Tenso
 
 def _layers_torch(model, parts, tokens, cos, sin, taps, out_taps) -> torch.Tensor:
     """Layer by layer in torch: the projections over all rows at once, attention part by part."""
+    # the blocks however many rows: each row must round as in its sequence's pass alone (the dense GEMM's
+    # sums may depend on the batch); a batch never holds a prefill (specviz.batch prefills one by one)
     lib = model._lib if model.blocks is not None and _uses_kernel(model.device) else None
-    if lib is not None and model.dense_from_rows is not None and tokens.shape[0] >= model.dense_from_rows:
-        lib = None  # a long pass: the dense copy of the same weights is faster on this CPU
     spans, r0 = [], 0
     for p in parts:
         T = len(p.tokens)

@@ -284,8 +284,11 @@ class TargetModel:
         out_taps = {}
         lib = self._lib if blocks and self.blocks is not None and _uses_kernel(tokens.device) else None
         short = B == 1 and T <= self.fused_max_tokens and cache.key_mask is None and cache.k.is_contiguous()
-        if lib is not None and not short and self.dense_from_rows is not None and B * T >= self.dense_from_rows:
-            lib = None  # a long pass: the dense copy of the same weights is faster on this CPU
+        if (lib is not None and not short and self.dense_from_rows is not None and B * T >= self.dense_from_rows
+                and (tree_mask is None or B > 1)):
+            # a long pass (a prefill, a batch of training data): the dense copy of the same weights is
+            # faster on this CPU. Not a draft tree's verify pass: its rows must round as vanilla's passes do
+            lib = None
         if lib is not None and FUSED_LAYERS and short:
             x = self._layers_fused(tokens, cache, cos, sin, tree_mask, taps, out_taps)
         else:

@@ -170,9 +170,9 @@ def test_the_dense_switch_follows_the_vector_width_and_the_vendor():
 
 @pytest.mark.parametrize("dense_from", [None, 40])
 def test_long_passes_switch_to_the_dense_weights_where_they_are_faster(target, hf_model, monkeypatch, dense_from):
-    """On an AVX2 CPU a prefill of >= DENSE_FROM_ROWS rows runs on the dense copy of the weights
-    (faster there); shorter passes, and every pass where no switch is set, stay on the blocks.
-    The logits agree with Hugging Face either way."""
+    """A prefill of >= DENSE_FROM_ROWS rows runs on the dense copy of the weights where that is faster
+    (AVX2, Intel AVX-512); shorter passes, tree passes, and every pass where no switch is set, stay on
+    the blocks. The logits agree with Hugging Face either way."""
     from specviz import blockweights
 
     model = target.model
@@ -196,3 +196,10 @@ def test_long_passes_switch_to_the_dense_weights_where_they_are_faster(target, h
         layer_calls = [c for c in calls if c == n]
         assert bool(layer_calls) == want_blocks, (n, calls)
         assert (out.logits[0] - hf_logits(hf_model, ids[:n])).abs().max().item() < TOL
+    # a draft tree's verify pass (a mask) stays on the blocks however long: its rows must round as the
+    # one-token passes of vanilla decoding do
+    n = len(ids)
+    calls.clear()
+    out = model(torch.tensor([ids]), model.new_cache(128), tree_mask=torch.ones(n, n, dtype=torch.bool).tril())
+    assert [c for c in calls if c == n], calls
+    assert (out.logits[0] - hf_logits(hf_model, ids)).abs().max().item() < TOL
