@@ -46,11 +46,11 @@ class PassPart:
 
 
 def fused(model: TargetModel, parts: list[PassPart]) -> bool:
-    """Whether the one-call kernel runs this pass: block weights on the CPU and every tree short
+    """Whether the one-call kernel runs this pass: block weights on the CPU and every part a tree or short
     enough for the kernel (the same rule as a solo pass, so a row's arithmetic matches its solo one)."""
     return (model.blocks is not None and model._lib is not None and _uses_kernel(model.device)
-            and all(len(p.tokens) <= model.fused_max_tokens and p.cache.key_mask is None and p.cache.k.is_contiguous()
-                    for p in parts))
+            and all((p.tree_mask is not None or len(p.tokens) <= model.fused_max_tokens) and p.cache.key_mask is None
+                    and p.cache.k.is_contiguous() for p in parts))
 
 
 @torch.inference_mode()

@@ -87,10 +87,11 @@ def _kernel_digest() -> str:
 
 def runtime_id(model) -> str:
     """What decides a pass's cost besides the machine: torch, and for GGUF blocks the C++ kernel's
-    source and the largest pass its fused layer serves. Cached costs carry it (tuning)."""
+    source and the passes its fused layer serves (any tree, other passes up to a size). Cached costs
+    carry it (tuning)."""
     rid = f"torch {torch.__version__}"
     if getattr(model, "blocks", None) is not None:
-        rid += f", blockmm {_kernel_digest()}, fused <= {model.fused_max_tokens}"
+        rid += f", blockmm {_kernel_digest()}, fused: trees, <= {model.fused_max_tokens}"
     return rid
 
 

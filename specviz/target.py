@@ -80,11 +80,13 @@ class ForwardOut:
     hidden: torch.Tensor | None = None  # [B, T, H] normed last hidden state, with head=False (LM head: `logits`)
 
 
-# With block weights, batch-1 passes of up to FUSED_MAX_TOKENS tokens (decoding, small draft trees)
-# run each layer in one C++ call; longer passes and batches (prefill, big trees, data generation) run
-# layer by layer in torch (flash attention) with the block matmul, which beats the dense one on
-# AVX-512 at every size measured. The fused kernel beats the torch layers up to ~64 tokens after 300
-# cached on the development CPUs; 32 keeps a margin (docs/runtime.md has the measurements).
+# With block weights, batch-1 passes of up to FUSED_MAX_TOKENS tokens (decoding) and every batch-1
+# draft tree's verify pass run each layer in one C++ call; longer passes and batches (prefill, data
+# generation) run layer by layer in torch (flash attention). A tree of any size goes through the C++
+# layers because only they compute a row exactly as vanilla's one-token pass does (torch's norms,
+# rotary, attention and SwiGLU round differently: ~3e-5 in a 40-token tree's hidden states), and the
+# greedy identity rests on it. The fused kernel beats the torch layers up to ~64 tokens after 300
+# cached on the development CPUs (docs/runtime.md has the measurements).
 FUSED_MAX_TOKENS = 32
 FUSED_LAYERS = True
 # Long passes (prefill): from how many rows the dense fp32 weights (torch's GEMM, MKL; the same
@@ -283,7 +285,8 @@ class TargetModel:
         cos, sin = self.rope(positions)
         out_taps = {}
         lib = self._lib if blocks and self.blocks is not None and _uses_kernel(tokens.device) else None
-        short = B == 1 and T <= self.fused_max_tokens and cache.key_mask is None and cache.k.is_contiguous()
+        short = (B == 1 and (T <= self.fused_max_tokens or tree_mask is not None) and cache.key_mask is None
+                 and cache.k.is_contiguous())
         if (lib is not None and not short and self.dense_from_rows is not None and B * T >= self.dense_from_rows
                 and (tree_mask is None or B > 1)):
             # a long pass (a prefill, a batch of training data): the dense copy of the same weights is

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from specviz import SpecVizError, methods
+from specviz import target as target_module
 from specviz.batch import BatchDecoder
 from specviz.batch_pass import PassPart, forward_batch, fused
 from specviz.bugs import DEFAULT_BROKEN
@@ -95,8 +96,9 @@ def test_a_batched_pass_gives_every_row_its_solo_numbers(target, path, monkeypat
         for cache, out in ((_prefilled(target, i), parts), (_prefilled(target, i), solo)):
             L = cache.length
             out.append((toks, cache, [L + d for d in depth], rows))
-    if path == "torch":
+    if path == "torch":  # the batch and the solo passes both through the torch layers
         monkeypatch.setattr(model, "fused_max_tokens", 0)
+        monkeypatch.setattr(target_module, "FUSED_LAYERS", False)
         monkeypatch.setattr(model, "dense_from_rows", 8)  # below the batch's 23 rows and two trees' own
     batch_parts = [PassPart(t, c, p, r if len(t) > 1 else None) for t, c, p, r in parts]
     assert fused(model, batch_parts) == (path == "fused" and model.blocks is not None)
