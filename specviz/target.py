@@ -84,9 +84,8 @@ class ForwardOut:
 # draft tree's verify pass run each layer in one C++ call; longer passes and batches (prefill, data
 # generation) run layer by layer in torch (flash attention). A tree of any size goes through the C++
 # layers because only they compute a row exactly as vanilla's one-token pass does (torch's norms,
-# rotary, attention and SwiGLU round differently: ~3e-5 in a 40-token tree's hidden states), and the
-# greedy identity rests on it. The fused kernel beats the torch layers up to ~64 tokens after 300
-# cached on the development CPUs (docs/runtime.md has the measurements).
+# rotary, attention and SwiGLU round differently), and the greedy identity rests on it; they are also
+# the faster ones for trees (docs/runtime.md has the measurements).
 FUSED_MAX_TOKENS = 32
 FUSED_LAYERS = True
 # Long passes (prefill): from how many rows the dense fp32 weights (torch's GEMM, MKL; the same
