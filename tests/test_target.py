@@ -217,10 +217,24 @@ def test_long_passes_switch_to_the_dense_weights_where_they_are_faster(target, h
         layer_calls = [c for c in calls if c == n]
         assert bool(layer_calls) == want_blocks, (n, calls)
         assert (out.logits[0] - hf_logits(hf_model, ids[:n])).abs().max().item() < TOL
-    # a draft tree's verify pass (a mask) stays on the blocks however long: its rows must round as the
-    # one-token passes of vanilla decoding do
+    # a draft tree's verify pass (a mask) never takes the dense weights, however long: its rows must round
+    # as the one-token passes of vanilla decoding do (it runs the C++ layers on the blocks: see
+    # test_a_big_trees_rows_are_bit_for_bit_vanillas_one_token_passes)
+    from specviz import target as target_module
+
+    dense = []
+    real_linear = target_module._linear
+
+    def spy_linear(x, w, blocks, lib, bias=None):
+        if blocks is None or lib is None:
+            dense.append(x.reshape(-1, x.shape[-1]).shape[0])
+        return real_linear(x, w, blocks, lib, bias)
+
+    monkeypatch.setattr(target_module, "_linear", spy_linear)
     n = len(ids)
-    calls.clear()
     out = model(torch.tensor([ids]), model.new_cache(128), tree_mask=torch.ones(n, n, dtype=torch.bool).tril())
-    assert [c for c in calls if c == n], calls
+    assert not dense, dense
     assert (out.logits[0] - hf_logits(hf_model, ids)).abs().max().item() < TOL
+    if dense_from is not None:  # the spy sees the dense path where it is taken: the same prompt as a prefill
+        model(torch.tensor([ids]), model.new_cache(128))
+        assert dense and all(c == n for c in dense), dense
