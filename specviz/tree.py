@@ -448,12 +448,14 @@ def build_sampled_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
         if budget <= 0 or not frontier:
             break
         dists = expand(tree, frontier)
+        # at most `width` draws a node, so only each q's `width` largest entries are counted (the
+        # drafting kernel has them already: top_of reads them from RankedRows)
+        tops = top_of(dists, width)[0]
         nxt = []
         for row, node in enumerate(frontier):
             where[node] = (dists, row)
             q, ids = _draft_columns(dists, row)
-            # at most `width` draws, so only q's `width` largest entries are counted (the drafting kernel found them)
-            top = dists.top_v[row, :width] if isinstance(dists, RankedRows) and dists.top_v.shape[1] >= width else q
+            top = tops[row]
             k = min(width, budget, int((top > 0).sum()))
             if min_prob > 0:  # as many draws as q has children likely enough (decided from q, before any draw)
                 k = min(k, int((top >= math.exp(floor - tree.scores[node])).sum()))
