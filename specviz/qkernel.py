@@ -122,6 +122,10 @@ def library(native: bool = True, isa_name: str | None = None):
             lib.draft_level.argtypes = [ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ctypes.c_char_p, ptr, ptr, i64,
                                         ptr, i64, ctypes.c_float, ptr, i64, ptr, ptr, ptr, ctypes.c_int]
             lib.draft_level.restype = None
+            lib.draft_tree.argtypes = [ptr, ptr, ptr, ptr, i64, i64, i64, i64, ptr, ptr, ptr, ptr, i64, ctypes.c_float,
+                                       i64, i64, i64, ctypes.c_double, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64,
+                                       ctypes.c_int]
+            lib.draft_tree.restype = i64
             lib.softmax_top_rows.argtypes = [ptr, i64, i64, ctypes.c_float, i64, ptr, ptr, ptr, ctypes.c_int]
             lib.softmax_top_rows.restype = None
             lib.sort_rows_f32.argtypes = [ptr, ptr, i64, i64, ctypes.c_int]

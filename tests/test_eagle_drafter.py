@@ -245,8 +245,9 @@ def test_drafting_in_the_kernel_proposes_the_torch_paths_trees(method, temperatu
         pytest.skip("no compiled kernel here")
     kernel = drafter.head.draft_kernel_for(vocab)
     propose, rounds, levels = drafter.propose, [], []
-    level = kernel.level
+    level, tree = kernel.level, kernel.tree  # a level a call, or a chosen dynamic tree's levels in one
     monkeypatch.setattr(kernel, "level", lambda *a, **k: levels.append(1) or level(*a, **k))
+    monkeypatch.setattr(kernel, "tree", lambda *a, **k: levels.append(1) or tree(*a, **k))
 
     def both(context, root, params, generator):
         snap, rng = drafter.snapshot(), generator.get_state()
@@ -265,7 +266,7 @@ def test_drafting_in_the_kernel_proposes_the_torch_paths_trees(method, temperatu
     drafter.propose = both
     _decode(target, drafter, temperature, ("Write a haiku about the sea.", "What is 17 times 23? Explain."))
     assert len(rounds) >= 10 and sum(len(b) > 1 for _, b in rounds) >= 5  # real trees were drafted
-    assert len(levels) >= len(rounds)  # ... and the kernel drafted them (at least one level a round)
+    assert len(levels) >= len(rounds)  # ... and the kernel drafted them (at least one call a round)
     for a, b in rounds:
         assert (a.tokens, a.parents) == (b.tokens, b.parents)
         assert vocab is None or max(b.tokens[1:], default=0) < vocab
@@ -312,3 +313,48 @@ def test_medusa_softmax_and_top_k_in_the_kernel_propose_the_torch_paths_trees(te
         assert max(abs(x - y) for x, y in zip(a.q, b.q)) < 1e-5
         for node in a.dists:
             assert float((a.dists[node] - b.dists[node]).abs().max()) < 1e-5
+
+
+@pytest.mark.parametrize("method,shape,temperature,vocab", [
+    ("eagle3", dict(depth=5, top_k=8, total_tokens=64, min_prob=0.15), 0.0, None),  # tuned-like: a floor decides
+    ("eagle3", dict(depth=6, top_k=8, total_tokens=24), 0.0, None),                 # the papers' tree
+    ("eagle3", dict(depth=4, top_k=3, total_tokens=3), 0.7, None),                  # pruned width, draw="top" at T > 0
+    ("eagle2", dict(depth=5, top_k=8, total_tokens=10, min_prob=0.05), 0.0, 8192),  # a cut draft vocabulary
+    ("eagle1", dict(depth=3, top_k=4, total_tokens=12), 0.0, None),
+])
+def test_a_whole_tree_in_one_kernel_call_is_the_per_level_paths_tree_bit_for_bit(method, shape, temperature, vocab,
+                                                                                   target, monkeypatch):
+    """`DraftKernel.tree` grows a chosen dynamic tree's levels in C++ (draft_tree in blockmm.cpp) from the
+    same kernel arithmetic as one `level` call per level: round after round, from the same state, the
+    same tree exactly - tokens, parents, q, scores, every candidate and every kept row of q."""
+    from specviz.drafters.shape import TreeShape
+    from specviz.methods import make_drafter
+
+    drafter = make_drafter(method, target, tree_size="paper", **({"draft_vocab": vocab} if vocab else {}))
+    if drafter.head.draft_kernel is None:
+        pytest.skip("no compiled kernel here")
+    drafter._shape = TreeShape.dynamic(**shape, draw="top")
+    kernel = drafter.head.draft_kernel_for(vocab)
+    calls = {"tree": 0, "level": 0}
+    for name in calls:
+        real = getattr(kernel, name)
+        monkeypatch.setattr(kernel, name, lambda *a, _real=real, _name=name, **k: calls.__setitem__(_name, calls[_name] + 1) or _real(*a, **k))
+    propose, rounds = drafter.propose, []
+
+    def both(context, root, params, generator):
+        snap = drafter.snapshot()
+        with monkeypatch.context() as m:
+            m.setattr(EagleDrafter, "whole_tree_in_kernel", lambda self, p: False)
+            per_level = propose(context, root, params, generator)
+        drafter.restore(snap)
+        tree = propose(context, root, params, generator)
+        rounds.append((per_level, tree))
+        return tree
+
+    drafter.propose = both
+    _decode(target, drafter, temperature, ("Write a haiku about the sea.", "List three prime numbers and explain why."))
+    assert calls["tree"] == len(rounds) >= 10 and calls["level"] >= len(rounds)  # both paths ran every round
+    assert sum(len(b) > 2 for _, b in rounds) >= 3  # real trees
+    for a, b in rounds:
+        assert (a.tokens, a.parents, a.q, a.scores, a.candidates) == (b.tokens, b.parents, b.q, b.scores, b.candidates)
+        assert set(a.dists) == set(b.dists) and all(torch.equal(a.dists[n], b.dists[n]) for n in a.dists)

@@ -14,6 +14,7 @@ public EAGLE code.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -25,7 +26,8 @@ from ..heads.eagle import Eagle3Head
 from ..heads.io import load_head, shipped_head_dir
 from ..heads.layers import HeadCache
 from ..sampling import SamplingParams, warp_logits
-from ..tree import EAGLE1_TREE, DraftTree, RankedRows, VocabRows, build_dynamic_tree, build_sampled_tree, build_static_tree
+from ..tree import (EAGLE1_TREE, DraftTree, RankedRows, VocabRows, build_dynamic_tree, build_sampled_tree, build_static_tree,
+                    tree_from_candidates)
 from .base import Drafter, cut_vocabulary, default_draft_vocab
 from .lookup import LookupBranch, lookup_options
 from .shape import TreeShape, sampled_shape_of
@@ -227,6 +229,11 @@ class EagleDrafter(Drafter):
             return build_sampled_tree(int(root), expand, s.depth, top_k, s.total_tokens, generator, min_prob=s.min_prob)
         return build_dynamic_tree(int(root), expand, s.depth, top_k, s.total_tokens, min_prob=s.min_prob)
 
+    def whole_tree_in_kernel(self, params: SamplingParams) -> bool:
+        """Whether the kernel drafts a round's whole tree in one call (`DraftKernel.tree`): a dynamic tree
+        whose drafts are chosen, not drawn (greedy, or draw="top"); else one call per level."""
+        return self.shape_at(params).kind == "dynamic" and (params.greedy or self._shape.draw != "sample")
+
     def _propose_in_kernel(self, kernel, root, params, generator):
         """`propose` with each tree level one kernel call (heads.draft_kernel): the same entries,
         positions and masks as the torch path, the distributions' top-k found in the kernel."""
@@ -245,6 +252,18 @@ class EagleDrafter(Drafter):
         nxt = self.tokens[L + 1 :] + [int(root)]
         T = len(nxt)
         row0, size = self.feats.data_ptr() + (L - self.base) * H * 4, H * 4
+        if self.whole_tree_in_kernel(params):
+            # the commit and every level in one call, grown in C++ as build_dynamic_tree grows them; the
+            # kept tree is chosen from the candidates here, by the same code
+            width = min(top_k, max(1, s.total_tokens - 1))
+            cand, (probs, top_v, top_i), row_of = kernel.tree(
+                nxt, [row0 + j * size for j in range(T)], list(range(L, L + T)), self.cache, int(root), n - 1,
+                temperature, top_k, width, s.depth, s.min_prob)
+            self.cache.commit(list(range(T)))
+            level = ranked(probs, top_v, top_i)
+            floor = math.log(s.min_prob) if s.min_prob > 0 else -math.inf
+            return tree_from_candidates(int(root), cand, {c: (level, r) for c, r in row_of.items()}, s.total_tokens,
+                                        floor)
         out, *dist = kernel.level(nxt, [row0 + j * size for j in range(T)], list(range(L, L + T)), self.cache, 0, None,
                                   1, temperature, top_k)
         self.cache.commit(list(range(T)))

@@ -17,6 +17,7 @@ keeps the torch path.
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 
 import torch
@@ -123,3 +124,37 @@ class DraftKernel:
             out.data_ptr(), rows, float(temperature), probs.data_ptr(), k, top_v.data_ptr(), top_i.data_ptr(),
             work.data_ptr(), torch.get_num_threads())
         return out, probs, top_v, top_i
+
+    def tree(self, tokens: list[int], hidden_ptrs: list[int], positions: list[int], cache, root: int,
+             base_position: int, temperature: float, k: int, width: int, depth: int, min_prob: float):
+        """A greedy dynamic tree's whole expansion in one call (`draft_tree` in blockmm.cpp): the commit of
+        `tokens` (as `level` with offset 0 and one row, for the root) and then every level of
+        `tree.build_dynamic_tree`'s loop, the tree's entries at positions base_position + depth. Returns
+        (candidates [(score, parent, token, q)], the distribution rows and their top-k as (probs, top_v,
+        top_i), candidate -> row for the expanded ones). The caller commits the first len(tokens) entries.
+        The candidates come back in ctypes arrays, read as lists: a torch op costs microseconds each."""
+        T0, L = len(tokens), cache.length
+        extra = width * max(depth - 1, 0)
+        if L + T0 + extra > cache.max_len:
+            cache.grow(L + T0 + extra)
+        cos, sin = self.rope(max(max(positions), base_position + depth - 1) + 1)
+        rows, most, kk = 1 + extra, 1 + width * width * depth, max(k, 1)
+        probs = torch.empty(rows, self.vocab_rows)
+        top_v = torch.empty(rows, kk)
+        top_i = torch.empty(rows, kk, dtype=torch.long)
+        score, prob = (ctypes.c_double * most)(), (ctypes.c_float * most)()
+        parent, token, row = (ctypes.c_int64 * most)(), (ctypes.c_int64 * most)(), (ctypes.c_int64 * most)()
+        level_work = max(T0, width) * self.work_per_token
+        work = torch.empty(level_work + (T0 + extra) * self.H)
+        i64s = ctypes.c_int64 * T0
+        n = self.lib.draft_tree(
+            ctypes.addressof(self.args), i64s(*tokens), (ctypes.c_void_p * T0)(*hidden_ptrs), i64s(*positions), T0, L,
+            int(root), base_position, cos.data_ptr(), sin.data_ptr(), cache.k.data_ptr(), cache.v.data_ptr(),
+            cache.max_len, float(temperature), kk, width, depth, math.log(min_prob) if min_prob > 0 else -math.inf,
+            probs.data_ptr(), top_v.data_ptr(), top_i.data_ptr(), score, parent, token, prob, row, work.data_ptr(),
+            level_work, torch.get_num_threads())
+        rows_of = {c: r for c, r in enumerate(row[:n]) if r >= 0}
+        used = len(rows_of)  # rows are handed out in order, one per expanded candidate
+        if used < rows:
+            probs, top_v, top_i = probs[:used], top_v[:used], top_i[:used]
+        return list(zip(score[:n], parent[:n], token[:n], prob[:n])), (probs, top_v, top_i), rows_of

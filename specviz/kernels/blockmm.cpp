@@ -22,6 +22,7 @@
 // x float [T, K] row-major, y float [T, N] row-major.
 // Build: g++ -O3 -march=native -ffp-contract=off -fopenmp -shared -fPIC (see specviz/qkernel.py).
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -1173,6 +1174,101 @@ void draft_level(const DraftArgs* a, const int64_t* tokens, const float* const* 
 void softmax_top_rows(float* probs, int64_t R, int64_t N, float temperature, int64_t k, const int64_t* ids,
                       float* top_v, int64_t* top_i, int threads) {
     softmax_top(probs, R, N, temperature, k, ids, top_v, top_i, threads);
+}
+
+// A whole greedy draft tree's expansion in one call: the commit of T0 entries (draft_level with
+// the committed cache of L entries, R = 1 for the root) and then the levels of EAGLE-2's dynamic
+// tree exactly as specviz/tree.py's build_dynamic_tree grows them (which this replaces when the
+// drafting kernel serves a greedy dynamic tree): each level's candidates are the `width` largest
+// entries of each frontier row, scored by their parent's score + log(q) in double (the same libm
+// log as Python's math.log); the next frontier is the `width` best new candidates (equal scores:
+// the earlier candidate first, as heapq.nlargest keeps them) whose score is >= floor, in candidate
+// order; their entries go after the T0 committed ones, each seeing its ancestors and itself. At
+// most `depth` levels of candidates (depth - 1 drafting levels after the commit's).
+// Why: per level the Python loop (masks, scores, a heap, the ctypes call) cost about as much as
+// the level's arithmetic for the one- or two-node frontiers of a tuned tree.
+// Outputs: probs [rows, N], top_v / top_i [rows, k] (row 0: the root's; then each expanded
+// candidate's); per candidate c (c = 0 the root) c_score, c_parent, c_token, c_prob and c_row (its
+// row of probs, or -1 if it was not expanded). Returns the number of candidates. Sizes the caller
+// provides: rows <= 1 + width (depth - 1), candidates <= 1 + width^2 depth, the cache room for
+// L + T0 + width (depth - 1) entries, work >= max(T0, width) * (draft_level's work per token) +
+// (T0 + width depth) * H floats.
+int64_t draft_tree(const DraftArgs* a, const int64_t* commit_tokens, const float* const* commit_rows,
+                   const int64_t* commit_positions, int64_t T0, int64_t L, int64_t root, int64_t base_position,
+                   const float* cos_table, const float* sin_table, float* kcache, float* vcache, int64_t max_len,
+                   float temperature, int64_t k, int64_t width, int64_t depth, double floor, float* probs,
+                   float* top_v, int64_t* top_i, double* c_score, int64_t* c_parent, int64_t* c_token,
+                   float* c_prob, int64_t* c_row, float* work, int64_t level_work, int threads) {
+    const int64_t H = a->layer.wo.n, N = a->lm.n;
+    float* outs = work + level_work;  // [T0 + expanded entries, H]: the commit's outputs, then each entry's
+    draft_level(a, commit_tokens, commit_rows, commit_positions, T0, L, 0, cos_table, sin_table, nullptr, kcache,
+                vcache, max_len, outs, 1, temperature, probs, k, top_v, top_i, work, threads);
+    const int64_t L1 = L + T0;  // the commit's entries are committed: the tree's go after them
+    std::vector<const float*> hidden_of{outs + (T0 - 1) * H};  // candidate -> its output (expanded ones)
+    std::vector<int64_t> slot_of{-1};                          // candidate -> its tree entry (-1: none)
+    int64_t n_cand = 1, rows = 1, entries = 0;
+    c_score[0] = 0.0;
+    c_parent[0] = -1;
+    c_token[0] = root;
+    c_prob[0] = 1.0f;
+    c_row[0] = 0;
+    std::vector<int64_t> frontier{0}, fresh, best, tokens, positions;
+    std::vector<const float*> inputs;
+    std::vector<uint8_t> mask;
+    for (int64_t level = 0; level < depth; ++level) {
+        if (level > 0) {  // the frontier's entries: one draft_level call for all of them
+            const int64_t T = static_cast<int64_t>(frontier.size()), width_all = entries + T;
+            tokens.assign(T, 0);
+            positions.assign(T, 0);
+            inputs.assign(T, nullptr);
+            mask.assign(T * width_all, 0);
+            for (int64_t r = 0; r < T; ++r) {
+                const int64_t c = frontier[r];
+                tokens[r] = c_token[c];
+                positions[r] = base_position + level;
+                inputs[r] = hidden_of[c_parent[c]];
+                for (int64_t p = c_parent[c]; p > 0; p = c_parent[p]) mask[r * width_all + slot_of[p]] = 1;
+                mask[r * width_all + entries + r] = 1;
+            }
+            float* out = outs + (T0 + entries) * H;
+            draft_level(a, tokens.data(), inputs.data(), positions.data(), T, L1, entries, cos_table, sin_table,
+                        mask.data(), kcache, vcache, max_len, out, T, temperature, probs + rows * N, k,
+                        top_v + rows * k, top_i + rows * k, work, threads);
+            for (int64_t r = 0; r < T; ++r) {
+                const int64_t c = frontier[r];
+                hidden_of[c] = out + r * H;
+                slot_of[c] = entries + r;
+                c_row[c] = rows + r;
+            }
+            entries += T;
+            rows += T;
+        }
+        fresh.clear();
+        for (const int64_t c : frontier) {
+            const float* v = top_v + c_row[c] * k;
+            const int64_t* ids = top_i + c_row[c] * k;
+            for (int64_t j = 0; j < width; ++j) {
+                if (!(v[j] > 0.f)) continue;
+                c_score[n_cand] = c_score[c] + std::log(static_cast<double>(v[j]));
+                c_parent[n_cand] = c;
+                c_token[n_cand] = ids[j];
+                c_prob[n_cand] = v[j];
+                c_row[n_cand] = -1;
+                hidden_of.push_back(nullptr);
+                slot_of.push_back(-1);
+                fresh.push_back(n_cand++);
+            }
+        }
+        if (fresh.empty()) break;
+        best = fresh;
+        std::stable_sort(best.begin(), best.end(), [&](int64_t x, int64_t y) { return c_score[x] > c_score[y]; });
+        if (static_cast<int64_t>(best.size()) > width) best.resize(width);
+        best.erase(std::remove_if(best.begin(), best.end(), [&](int64_t c) { return !(c_score[c] >= floor); }), best.end());
+        if (best.empty()) break;
+        std::sort(best.begin(), best.end());
+        frontier = best;
+    }
+    return n_cand;
 }
 
 // All n_layers decoder layers of one pass in one call: layer i's keys/values live at
