@@ -358,3 +358,16 @@ def test_a_whole_tree_in_one_kernel_call_is_the_per_level_paths_tree_bit_for_bit
     for a, b in rounds:
         assert (a.tokens, a.parents, a.q, a.scores, a.candidates) == (b.tokens, b.parents, b.q, b.scores, b.candidates)
         assert set(a.dists) == set(b.dists) and all(torch.equal(a.dists[n], b.dists[n]) for n in a.dists)
+
+
+def test_the_whole_tree_call_refuses_a_width_beyond_its_top_k(target):
+    """draft_tree reads each row's `width` best entries out of k: a wider tree would read past a row."""
+    from specviz.methods import make_drafter
+
+    kernel = make_drafter("eagle3", target, tree_size="paper").head.draft_kernel
+    if kernel is None:
+        pytest.skip("no compiled kernel here")
+    with pytest.raises(ValueError, match="width"):
+        kernel.tree([1], [0], [0], None, 1, 0, 0.0, k=4, width=5, depth=3, min_prob=0.0)
+    with pytest.raises(ValueError, match="depth"):
+        kernel.tree([1], [0], [0], None, 1, 0, 0.0, k=4, width=2, depth=0, min_prob=0.0)

@@ -133,8 +133,10 @@ class DraftKernel:
         (candidates [(score, parent, token, q)], the distribution rows and their top-k as (probs, top_v,
         top_i), candidate -> row for the expanded ones). The caller commits the first len(tokens) entries.
         The candidates come back in ctypes arrays, read as lists: a torch op costs microseconds each."""
+        if not 1 <= width <= max(k, 1) or depth < 1:
+            raise ValueError(f"a tree of width {width} needs 1 <= width <= k = {k} and depth >= 1 (got depth {depth})")
         T0, L = len(tokens), cache.length
-        extra = width * max(depth - 1, 0)
+        extra = width * (depth - 1)
         if L + T0 + extra > cache.max_len:
             cache.grow(L + T0 + extra)
         cos, sin = self.rope(max(max(positions), base_position + depth - 1) + 1)
