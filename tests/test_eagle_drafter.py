@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -220,6 +222,25 @@ def test_tuned_eagle_trees_draw_their_drafts_at_t_above_zero(target, monkeypatch
         vanilla_generate(target, "Name three colours.", max_new_tokens=12).tokens
 
 
+def _propose_twice(drafter, other_path, rounds: list) -> None:
+    """Make the drafter propose each round twice from the same state and random stream: first inside
+    `other_path()` (a context manager that switches its drafting path), then as it is, whose tree the
+    round goes on with; `rounds` collects the (other path's, own) pairs."""
+    propose = drafter.propose
+
+    def both(context, root, params, generator):
+        snap, rng = drafter.snapshot(), generator.get_state()
+        with other_path():
+            other = propose(context, root, params, generator)
+        drafter.restore(snap)
+        generator.set_state(rng)
+        tree = propose(context, root, params, generator)
+        rounds.append((other, tree))
+        return tree
+
+    drafter.propose = both
+
+
 def _decode(target, drafter, temperature, prompts):
     """24 new tokens of each prompt (the drafter's propose records what it drafted)."""
     dec = SpeculativeDecoder(target, drafter, SamplingParams(temperature=temperature), seed=3)
@@ -244,26 +265,21 @@ def test_drafting_in_the_kernel_proposes_the_torch_paths_trees(method, temperatu
     if drafter.head.draft_kernel is None:
         pytest.skip("no compiled kernel here")
     kernel = drafter.head.draft_kernel_for(vocab)
-    propose, rounds, levels = drafter.propose, [], []
+    rounds, levels = [], []
     level, tree = kernel.level, kernel.tree  # a level a call, or a chosen dynamic tree's levels in one
     monkeypatch.setattr(kernel, "level", lambda *a, **k: levels.append(1) or level(*a, **k))
     monkeypatch.setattr(kernel, "tree", lambda *a, **k: levels.append(1) or tree(*a, **k))
 
-    def both(context, root, params, generator):
-        snap, rng = drafter.snapshot(), generator.get_state()
+    @contextlib.contextmanager
+    def torch_path():
         whole = drafter.head.draft_kernel
         drafter.head.draft_kernel = None
         try:
-            torch_tree = propose(context, root, params, generator)
+            yield
         finally:
             drafter.head.draft_kernel = whole
-        drafter.restore(snap)
-        generator.set_state(rng)
-        tree = propose(context, root, params, generator)
-        rounds.append((torch_tree, tree))
-        return tree
 
-    drafter.propose = both
+    _propose_twice(drafter, torch_path, rounds)  # (torch path's tree, kernel's tree) each round
     _decode(target, drafter, temperature, ("Write a haiku about the sea.", "What is 17 times 23? Explain."))
     assert len(rounds) >= 10 and sum(len(b) > 1 for _, b in rounds) >= 5  # real trees were drafted
     assert len(levels) >= len(rounds)  # ... and the kernel drafted them (at least one call a round)
@@ -339,19 +355,15 @@ def test_a_whole_tree_in_one_kernel_call_is_the_per_level_paths_tree_bit_for_bit
     for name in calls:
         real = getattr(kernel, name)
         monkeypatch.setattr(kernel, name, lambda *a, _real=real, _name=name, **k: calls.__setitem__(_name, calls[_name] + 1) or _real(*a, **k))
-    propose, rounds = drafter.propose, []
+    rounds = []
 
-    def both(context, root, params, generator):
-        snap = drafter.snapshot()
+    @contextlib.contextmanager
+    def per_level_path():
         with monkeypatch.context() as m:
             m.setattr(EagleDrafter, "whole_tree_in_kernel", lambda self, p: False)
-            per_level = propose(context, root, params, generator)
-        drafter.restore(snap)
-        tree = propose(context, root, params, generator)
-        rounds.append((per_level, tree))
-        return tree
+            yield
 
-    drafter.propose = both
+    _propose_twice(drafter, per_level_path, rounds)  # (one call a level, one call a tree) each round
     _decode(target, drafter, temperature, ("Write a haiku about the sea.", "List three prime numbers and explain why."))
     assert calls["tree"] == len(rounds) >= 10 and calls["level"] >= len(rounds)  # both paths ran every round
     assert sum(len(b) > 2 for _, b in rounds) >= 3  # real trees
