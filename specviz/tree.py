@@ -337,6 +337,17 @@ def build_static_tree(root: int, rank_paths, expand) -> DraftTree:
     return tree
 
 
+def tree_width(top_k: int, total_tokens: int) -> int:
+    """How many children a node of a dynamic tree may get and how many nodes a level expands: `top_k`,
+    but no more than the tree's `total_tokens - 1` drafts (see `build_dynamic_tree`)."""
+    return min(top_k, max(1, total_tokens - 1))
+
+
+def log_floor(min_prob: float) -> float:
+    """The path-probability floor `min_prob` as a floor on a node's score (its log); 0: none."""
+    return math.log(min_prob) if min_prob > 0 else -math.inf
+
+
 def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: int, prune: bool = True,
                        min_prob: float = 0.0) -> DraftTree:
     """EAGLE-2's dynamic tree.
@@ -360,8 +371,8 @@ def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
     cost of one more tree token relative to a whole pass (`specviz.tuning` picks the value); an
     unsure round verifies the root alone, as vanilla decoding does. 0 keeps EAGLE-2's fixed size.
     """
-    width = min(top_k, max(1, total_tokens - 1)) if prune else top_k
-    floor = math.log(min_prob) if min_prob > 0 else -math.inf
+    width = tree_width(top_k, total_tokens) if prune else top_k
+    floor = log_floor(min_prob)
     # candidates: (score, parent candidate id, token, q); candidate 0 is the root
     cand = [(0.0, -1, int(root), 1.0)]
     cand_dist: dict[int, tuple] = {}  # candidate -> (its level's rows, its row): built only if read
@@ -447,8 +458,8 @@ def build_sampled_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
     exactly those candidates, and without the cap a floored depth-1 tree drew 8 children every
     round at T = 1 (a 9-token pass, measured well below vanilla's speed on Spec-Bench dev).
     """
-    width = min(top_k, max(1, total_tokens - 1))
-    floor = math.log(min_prob) if min_prob > 0 else -math.inf
+    width = tree_width(top_k, total_tokens)
+    floor = log_floor(min_prob)
     tree = DraftTree(tokens=[int(root)], parents=[-1], q=[1.0], sampled=True, without_replacement=True)
     where = {}  # node -> (its level's distributions, its row): the full rows are built only where read
     budget, frontier = total_tokens - 1, [0]

@@ -380,6 +380,6 @@ def test_the_whole_tree_call_refuses_a_width_beyond_its_top_k(target):
     if kernel is None:
         pytest.skip("no compiled kernel here")
     with pytest.raises(ValueError, match="width"):
-        kernel.tree([1], [0], [0], None, 1, 0, 0.0, k=4, width=5, depth=3, min_prob=0.0)
+        kernel.tree([1], [0], [0], None, 1, 0, 0.0, k=4, width=5, depth=3, floor=float("-inf"))
     with pytest.raises(ValueError, match="depth"):
-        kernel.tree([1], [0], [0], None, 1, 0, 0.0, k=4, width=2, depth=0, min_prob=0.0)
+        kernel.tree([1], [0], [0], None, 1, 0, 0.0, k=4, width=2, depth=0, floor=float("-inf"))

@@ -14,7 +14,6 @@ public EAGLE code.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -27,7 +26,7 @@ from ..heads.io import load_head, shipped_head_dir
 from ..heads.layers import HeadCache
 from ..sampling import SamplingParams, warp_logits
 from ..tree import (EAGLE1_TREE, DraftTree, RankedRows, VocabRows, build_dynamic_tree, build_sampled_tree, build_static_tree,
-                    tree_from_candidates)
+                    log_floor, tree_from_candidates, tree_width)
 from .base import Drafter, cut_vocabulary, default_draft_vocab
 from .lookup import LookupBranch, lookup_options
 from .shape import TreeShape, sampled_shape_of
@@ -255,13 +254,12 @@ class EagleDrafter(Drafter):
         if self.whole_tree_in_kernel(params):
             # the commit and every level in one call, grown in C++ as build_dynamic_tree grows them; the
             # kept tree is chosen from the candidates here, by the same code
-            width = min(top_k, max(1, s.total_tokens - 1))
+            floor = log_floor(s.min_prob)
             cand, (probs, top_v, top_i), row_of = kernel.tree(
                 nxt, [row0 + j * size for j in range(T)], list(range(L, L + T)), self.cache, int(root), n - 1,
-                temperature, top_k, width, s.depth, s.min_prob)
+                temperature, top_k, tree_width(top_k, s.total_tokens), s.depth, floor)
             self.cache.commit(list(range(T)))
             level = ranked(probs, top_v, top_i)
-            floor = math.log(s.min_prob) if s.min_prob > 0 else -math.inf
             return tree_from_candidates(int(root), cand, {c: (level, r) for c, r in row_of.items()}, s.total_tokens,
                                         floor)
         out, *dist = kernel.level(nxt, [row0 + j * size for j in range(T)], list(range(L, L + T)), self.cache, 0, None,

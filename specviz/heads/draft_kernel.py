@@ -17,7 +17,6 @@ keeps the torch path.
 from __future__ import annotations
 
 import ctypes
-import math
 import threading
 
 import torch
@@ -126,10 +125,11 @@ class DraftKernel:
         return out, probs, top_v, top_i
 
     def tree(self, tokens: list[int], hidden_ptrs: list[int], positions: list[int], cache, root: int,
-             base_position: int, temperature: float, k: int, width: int, depth: int, min_prob: float):
-        """A greedy dynamic tree's whole expansion in one call (`draft_tree` in blockmm.cpp): the commit of
-        `tokens` (as `level` with offset 0 and one row, for the root) and then every level of
-        `tree.build_dynamic_tree`'s loop, the tree's entries at positions base_position + depth. Returns
+             base_position: int, temperature: float, k: int, width: int, depth: int, floor: float):
+        """A chosen (not drawn) dynamic tree's whole expansion in one call (`draft_tree` in blockmm.cpp): the
+        commit of `tokens` (as `level` with offset 0 and one row, for the root) and then every level of
+        `tree.build_dynamic_tree`'s loop (`width`: `tree.tree_width`, `floor`: `tree.log_floor`), the tree's
+        entries at positions base_position + depth. Returns
         (candidates [(score, parent, token, q)], the distribution rows and their top-k as (probs, top_v,
         top_i), candidate -> row for the expanded ones). The caller commits the first len(tokens) entries.
         The candidates come back in ctypes arrays, read as lists: a torch op costs microseconds each."""
@@ -152,7 +152,7 @@ class DraftKernel:
         n = self.lib.draft_tree(
             ctypes.addressof(self.args), i64s(*tokens), (ctypes.c_void_p * T0)(*hidden_ptrs), i64s(*positions), T0, L,
             int(root), base_position, cos.data_ptr(), sin.data_ptr(), cache.k.data_ptr(), cache.v.data_ptr(),
-            cache.max_len, float(temperature), kk, width, depth, math.log(min_prob) if min_prob > 0 else -math.inf,
+            cache.max_len, float(temperature), kk, width, depth, float(floor),
             probs.data_ptr(), top_v.data_ptr(), top_i.data_ptr(), score, parent, token, prob, row, work.data_ptr(),
             level_work, torch.get_num_threads())
         rows_of = {c: r for c, r in enumerate(row[:n]) if r >= 0}

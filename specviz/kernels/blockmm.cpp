@@ -1176,10 +1176,10 @@ void softmax_top_rows(float* probs, int64_t R, int64_t N, float temperature, int
     softmax_top(probs, R, N, temperature, k, ids, top_v, top_i, threads);
 }
 
-// A whole greedy draft tree's expansion in one call: the commit of T0 entries (draft_level with
+// A whole chosen (not drawn) draft tree's expansion in one call: the commit of T0 entries (draft_level with
 // the committed cache of L entries, R = 1 for the root) and then the levels of EAGLE-2's dynamic
 // tree exactly as specviz/tree.py's build_dynamic_tree grows them (which this replaces when the
-// drafting kernel serves a greedy dynamic tree): each level's candidates are the `width` largest
+// drafting kernel serves a dynamic tree whose drafts are chosen, greedy or draw="top"): each level's candidates are the `width` largest
 // entries of each frontier row, scored by their parent's score + log(q) in double (the same libm
 // log as Python's math.log); the next frontier is the `width` best new candidates (equal scores:
 // the earlier candidate first, as heapq.nlargest keeps them) whose score is >= floor, in candidate
