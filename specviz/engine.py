@@ -77,6 +77,8 @@ class SpeculativeDecoder:
         detail: bool = True,
     ):
         self.target, self.model, self.tok = target, target.model, target.tokenizer
+        if drafter is not None and not isinstance(drafter, Drafter):  # what a drafter can do is declared there
+            raise TypeError(f"drafter must be a specviz.drafters.base.Drafter, got {type(drafter).__name__}")
         self.drafter = drafter or NoDraft()
         self.params, self.seed, self.variant, self.detail = params, int(seed), variant, detail
         self.policy = get_policy(variant)  # the acceptance rule: correct, or a bug of the zoo
@@ -243,12 +245,11 @@ class SpeculativeDecoder:
         """Rows the walk will probably need after the root's, computed in the root's LM-head call.
 
         On a CPU the LM head reads its whole 49k x 576 matrix from memory for one row or three
-        (measured, 2 threads: 2.37 / 2.56 / 3.21 ms for 1 / 2 / 3 rows on a Zen 3 EPYC, 1.39 / 1.65
-        for 1 / 2 on a Xeon), so a row the walk reaches costs a second full read if asked for
-        later and ~0.2 ms if asked for now. A row is taken while the drafter's own probability of
+        (docs/runtime.md has the timings), so a row the walk reaches costs a second full read if
+        asked for later and a fraction of one if asked for now. A row is taken while the drafter's own probability of
         reaching it is >= PREFETCH_MIN_PROB: an expected saving (~prob x one call) above its cost.
         Which rows are computed never changes a number (rows are computed row by row)."""
-        if self.detail or not getattr(self.drafter, "q_is_probability", False) or len(tree) == 1:
+        if self.detail or not self.drafter.q_is_probability or len(tree) == 1:
             return []  # a detailed trace keeps "no p row" meaning "the walk never used it"
         return tree.likely_path(PREFETCH_MIN_PROB, PREFETCH_ROWS - 1)
 

@@ -90,3 +90,18 @@ def test_building_a_drafter_never_tunes_and_tune_is_the_explicit_step(target, mo
     assert d.sampled_shape == TreeShape.dynamic(1, 8, 2, draw="sample")
     with pytest.raises(SpecVizError, match="no tree to tune"):
         methods.tune("pld", target)
+
+
+def test_the_engine_takes_only_declared_drafters():
+    """The engine reads what a drafter can do from the Drafter interface (q_is_probability, taps, shape),
+    never by probing: an object that is not a Drafter is refused when the decoder is made."""
+    from types import SimpleNamespace
+
+    from specviz.engine import SpeculativeDecoder
+
+    class LooksLikeOne:
+        def propose(self, context, root, params, generator):
+            return None
+
+    with pytest.raises(TypeError, match="Drafter"):
+        SpeculativeDecoder(SimpleNamespace(model=None, tokenizer=None), LooksLikeOne())
