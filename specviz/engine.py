@@ -246,8 +246,9 @@ class SpeculativeDecoder:
 
         On a CPU the LM head reads its whole 49k x 576 matrix from memory for one row or three
         (docs/runtime.md has the timings), so a row the walk reaches costs a second full read if
-        asked for later and a fraction of one if asked for now. A row is taken while the drafter's own probability of
-        reaching it is >= PREFETCH_MIN_PROB: an expected saving (~prob x one call) above its cost.
+        asked for later and a fraction of one if asked for now. A row is taken while the drafter's
+        own probability of reaching it is >= PREFETCH_MIN_PROB: an expected saving (~prob x one call)
+        above its cost.
         Which rows are computed never changes a number (rows are computed row by row)."""
         if self.detail or not self.drafter.q_is_probability or len(tree) == 1:
             return []  # a detailed trace keeps "no p row" meaning "the walk never used it"

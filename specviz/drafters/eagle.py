@@ -223,15 +223,19 @@ class EagleDrafter(Drafter):
             return build_static_tree(int(root), [list(p) for p in s.paths], expand)
         # the top-k children per node and the way drafts are picked stay the drafter's (a tuned T > 0
         # shape was timed with them)
-        top_k, draw = self._shape.top_k, self._shape.draw
-        if draw == "sample" and not params.greedy:
+        top_k = self._shape.top_k
+        if self._draws(params):
             return build_sampled_tree(int(root), expand, s.depth, top_k, s.total_tokens, generator, min_prob=s.min_prob)
         return build_dynamic_tree(int(root), expand, s.depth, top_k, s.total_tokens, min_prob=s.min_prob)
 
+    def _draws(self, params: SamplingParams) -> bool:
+        """Whether this round's drafts are drawn from q (draw="sample" at T > 0) rather than chosen."""
+        return self._shape.draw == "sample" and not params.greedy
+
     def whole_tree_in_kernel(self, params: SamplingParams) -> bool:
         """Whether the kernel drafts a round's whole tree in one call (`DraftKernel.tree`): a dynamic tree
-        whose drafts are chosen, not drawn (greedy, or draw="top"); else one call per level."""
-        return self.shape_at(params).kind == "dynamic" and (params.greedy or self._shape.draw != "sample")
+        whose drafts are chosen, not drawn; else one call per level."""
+        return self.shape_at(params).kind == "dynamic" and not self._draws(params)
 
     def _propose_in_kernel(self, kernel, root, params, generator):
         """`propose` with each tree level one kernel call (heads.draft_kernel): the same entries,
