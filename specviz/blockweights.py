@@ -68,8 +68,9 @@ class BlockWeight:
         """The C struct the compiled kernel reads (pointers into tensors this object keeps alive)."""
         return qkernel.Mat(0 if self.kind == "q4_1" else 1, self._ptrs[0], self._ptrs[1], self.n, self.k)
 
-    def matmul(self, x: torch.Tensor, lib=None) -> torch.Tensor:
-        """x [..., K] fp32 -> x @ W^T [..., N]. The kernel reads host memory: CPU tensors only."""
+    def matmul(self, x: torch.Tensor, lib=None, out: torch.Tensor | None = None) -> torch.Tensor:
+        """x [..., K] fp32 -> x @ W^T [..., N]. The kernel reads host memory: CPU tensors only.
+        `out`: a contiguous fp32 [rows, N] tensor to write into (a slice of a buffer: no copy after)."""
         if x.device.type != "cpu":
             raise ValueError(f"the block kernel runs on the CPU only, got a tensor on {x.device}")
         lib = lib or qkernel.library()
@@ -78,7 +79,12 @@ class BlockWeight:
         if not x2.is_contiguous() or x2.dtype != torch.float32:
             x2 = x2.float().contiguous()
         rows = x2.shape[0]
-        y = torch.empty(rows, n, dtype=torch.float32, device=x2.device)
+        if out is None:
+            y = torch.empty(rows, n, dtype=torch.float32, device=x2.device)
+        elif out.shape != (rows, n) or out.dtype != torch.float32 or not out.is_contiguous() or out.device.type != "cpu":
+            raise ValueError(f"out must be a contiguous fp32 CPU tensor of shape {(rows, n)}, got {tuple(out.shape)}")
+        else:
+            y = out
         fn = lib.q4_1_mm if self.kind == "q4_1" else lib.q8_0_mm
         fn(x2.data_ptr(), rows, k, self._ptrs[0], self._ptrs[1], n, y.data_ptr(), torch.get_num_threads())
         return y.view(*x.shape[:-1], n)

@@ -191,7 +191,7 @@ def verify(
         # it depends on the context alone, not on this node's draws (exact in any place among them)
         qvec = rule_q(tree, cur, source) if any(c not in tree.copied for c in kids[cur]) else None
         nxt = None
-        for c in kids[cur]:
+        for j, c in enumerate(kids[cur]):
             x = tree.tokens[c]
             q_c = None if c in tree.copied else qvec
             q_used = onehot(x, w) if q_c is None else q_c
@@ -207,8 +207,8 @@ def verify(
                 break
             w = policy.residual(w, q_used, x, drawn)  # on rejection: p <- norm(max(p - q, 0))
             residuals[c] = w
-            if q_c is not None and tree.without_replacement:
-                qvec = drop_token(qvec, x)  # drawn without replacement: x cannot come again
+            if q_c is not None and tree.without_replacement and any(d not in tree.copied for d in kids[cur][j + 1 :]):
+                qvec = drop_token(qvec, x)  # drawn without replacement: x cannot come again (for a drawn sibling still to try)
         if nxt is None:
             # every child rejected: the correction is drawn from the residual
             dist = policy.reject_dist(w, p[cur])

@@ -316,3 +316,43 @@ def test_draft_kernel_level_matches_a_float64_reference(method, tiny_target):
         ids = head.target_ids()[want_i] if method == "eagle3" else want_i
         assert torch.equal(top_i, ids)
     torch.testing.assert_close(cache.k[:, :, :9].double(), ref_cache.k[:, :, :9], atol=1e-4, rtol=1e-4)
+
+
+def test_fuse_taps_gives_head_fuse_bits(tiny_target):
+    """EAGLE-3's features of committed tokens go straight into the drafter's buffer through
+    `DraftKernel.fuse_taps`: bit for bit what `head.fuse` gives on the same Q8_0 copy of fc, for taps
+    that are gathered rows (not contiguous) too. Swapped taps, another rounding of fc or a wrong row
+    count fail it; where the copy cannot serve (too many rows, fp64 taps) nothing is written."""
+    from specviz import qkernel
+    from specviz.blockweights import MAX_BLOCK_ROWS, speed_up_linears
+
+    if qkernel.library() is None:
+        pytest.skip(f"no kernel: {qkernel.error()}")
+    target = tiny_target()
+    head = _e3(target.cfg)
+    head.bind(target.embed)
+    speed_up_linears(head)
+    head.fuse_for_drafting()
+    kernel = head.draft_kernel
+    assert kernel is not None
+    H, g = target.cfg.hidden_size, torch.Generator().manual_seed(3)
+    taps = [torch.randn(1, 7, H, generator=g) for _ in range(3)]
+    for rows in ([0, 1], [0, 2, 5], list(range(7))):
+        parts = [t[0, rows] for t in taps]  # as the engine gathers an accepted path's rows
+        buf = torch.full((10, H), float("nan"))
+        with torch.no_grad():
+            assert kernel.fuse_taps(parts, buf[2 : 2 + len(rows)])
+            want = head.fuse(*parts)
+        assert torch.equal(buf[2 : 2 + len(rows)], want)
+        assert buf[:2].isnan().all() and buf[2 + len(rows) :].isnan().all()
+    assert not torch.equal(want, head.fuse(parts[2], parts[1], parts[0]))  # the order of the taps is read
+    big = [torch.randn(MAX_BLOCK_ROWS + 1, H) for _ in range(3)]
+    out = torch.zeros(MAX_BLOCK_ROWS + 1, H)
+    with torch.no_grad():
+        assert not kernel.fuse_taps(big, out)
+    assert not kernel.fuse_taps([t[0, :2].double() for t in taps], out[:2])
+    assert not out.any()
+    with torch.enable_grad():  # the drafter commits outside no_grad: the copy serves there too
+        assert kernel.fuse_taps([t[0, :2] for t in taps], out[:2])
+    with torch.no_grad():
+        assert torch.equal(out[:2], head.fuse(*[t[0, :2] for t in taps]))

@@ -131,13 +131,16 @@ class EagleDrafter(Drafter):
 
     def commit(self, processed, taps):
         self.tokens.extend(int(t) for t in processed)
-        new = self._features(taps)
-        n, need = self._n_feats, self._n_feats + new.shape[0]
+        rows = taps[self.taps[0]].shape[0]
+        n, need = self._n_feats, self._n_feats + rows
         if need > self._feat_buf.shape[0]:
             buf = self._feat_buf.new_empty(max(need, 2 * self._feat_buf.shape[0]), self._feat_buf.shape[1])
             buf[:n] = self._feat_buf[:n]
             self._feat_buf = buf
-        self._feat_buf[n:need] = new
+        # EAGLE-3 on the kernel: its fc straight into the buffer (the same bits as _features)
+        kernel = self.head.draft_kernel if self.is3 else None
+        if kernel is None or not kernel.fuse_taps([taps[k] for k in self.taps], self._feat_buf[n:need]):
+            self._feat_buf[n:need] = self._features(taps)
         self._n_feats = need
 
     def snapshot(self):

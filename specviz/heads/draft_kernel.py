@@ -24,6 +24,7 @@ import torch
 from .. import qkernel
 from ..blockweights import MAX_BLOCK_ROWS, quantize_q8_0
 from ..sampling import SamplingParams
+from .layers import FusedLinears
 
 
 def _ptr(t: torch.Tensor | None):
@@ -46,9 +47,13 @@ class DraftKernel:
             self._norms = (f32(lay.input_layernorm.weight), f32(lay.hidden_norm.weight), f32(head.norm.weight))
             self._lm = quantize_q8_0(head.lm_head.weight)  # as speed_up_linears rounds it
             self._ids = head.target_ids().cpu().contiguous()
+            # the fc that fuses the target's three taps into a feature, as head.fuse runs it (`fuse_taps`)
+            fc = FusedLinears.of([head.fc])
+            self._tap_fc = None if fc is None or head.fc.bias is not None else fc.blocks
         else:
             self._fc = quantize_q8_0(head.fc.weight)
             self._bias = None if head.fc.bias is None else f32(head.fc.bias)
+            self._tap_fc = None
             self._norms = (None, None, None)
             self._lm, self._ids = head._lm_blocks, None
             if vocab:  # the target's LM head rows of the first `vocab` ids only (EagleDrafter's draft_vocab)
@@ -87,6 +92,21 @@ class DraftKernel:
     def usable(self, T: int, cache) -> bool:
         return (T <= MAX_BLOCK_ROWS and not torch.is_grad_enabled() and cache.k.device.type == "cpu"
                 and cache.k.dtype == torch.float32 and cache.k.shape[0] == 1 and cache.k.is_contiguous())
+
+    def fuse_taps(self, taps: list[torch.Tensor], out: torch.Tensor) -> bool:
+        """EAGLE-3's features of committed tokens: head.fuse(low, mid, high) written into `out`
+        [T, H] (a slice of the drafter's feature buffer), on the Q8_0 copy of head.fc that
+        speed_up_linears runs head.fuse on, so the same bits. Why: through head.fuse, with its
+        conversions, module call, output tensor and the copy into the buffer, it cost a round
+        ~0.2 ms on a 2-core CPU for ~1 MB of weights (docs/runtime.md). False (nothing written)
+        where that copy does not serve (then the caller runs head.fuse). Features are never trained
+        through: nothing here is recorded by autograd."""
+        T = out.shape[0]
+        if (self._tap_fc is None or not 0 < T <= MAX_BLOCK_ROWS
+                or any(t.dtype != torch.float32 or t.device.type != "cpu" for t in taps)):
+            return False
+        self._tap_fc.matmul(torch.cat(taps, dim=-1), self.lib, out=out)
+        return True
 
     def rope(self, need: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotary cos/sin tables [P, head_dim] for positions 0..P-1 (P >= need), torch's own values."""
