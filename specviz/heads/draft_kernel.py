@@ -96,9 +96,9 @@ class DraftKernel:
     def fuse_taps(self, taps: list[torch.Tensor], out: torch.Tensor) -> bool:
         """EAGLE-3's features of committed tokens: head.fuse(low, mid, high) written into `out`
         [T, H] (a slice of the drafter's feature buffer), on the Q8_0 copy of head.fc that
-        speed_up_linears runs head.fuse on, so the same bits. Why: through head.fuse, with its
-        conversions, module call, output tensor and the copy into the buffer, it cost a round
-        ~0.2 ms on a 2-core CPU for ~1 MB of weights (docs/runtime.md). False (nothing written)
+        speed_up_linears runs head.fuse on, so the same bits. Why: head.fuse's conversions, module
+        call and output tensor, and the copy into the buffer after it, cost a round several times
+        the multiply-adds of its ~1 MB of weights (docs/runtime.md has the timings). False (nothing written)
         where that copy does not serve (then the caller runs head.fuse). Features are never trained
         through: nothing here is recorded by autograd."""
         T = out.shape[0]
