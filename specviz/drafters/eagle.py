@@ -83,13 +83,22 @@ class EagleDrafter(Drafter):
         self.lookup = self.branch.tokens
 
     # ------------------------------------------------------------------ state
-    def _features(self, taps: dict) -> torch.Tensor:
-        """[n, H] head-level features from the target taps of n processed tokens."""
+    def _features(self, taps: dict, out: torch.Tensor | None = None) -> torch.Tensor:
+        """[n, H] head-level features from the target taps of n processed tokens, written into `out`
+        when given (EAGLE-3 on the kernel: its fc straight into `out`, the same bits as head.fuse)."""
+        kernel = self.head.draft_kernel if self.is3 and out is not None else None
+        if kernel is not None and kernel.fuse_taps([taps[k] for k in self.taps], out):
+            return out
         with torch.no_grad():
             if self.is3:
                 lo, mi, hi = (taps[k].to(self.device, self.dtype) for k in self.taps)
-                return self.head.fuse(lo, mi, hi)
-            return taps["final"].to(self.device, self.dtype)
+                new = self.head.fuse(lo, mi, hi)
+            else:
+                new = taps["final"].to(self.device, self.dtype)
+        if out is None:
+            return new
+        out.copy_(new)
+        return out
 
     def reset(self, context, taps):
         m = self.head.m
@@ -137,10 +146,7 @@ class EagleDrafter(Drafter):
             buf = self._feat_buf.new_empty(max(need, 2 * self._feat_buf.shape[0]), self._feat_buf.shape[1])
             buf[:n] = self._feat_buf[:n]
             self._feat_buf = buf
-        # EAGLE-3 on the kernel: its fc straight into the buffer (the same bits as _features)
-        kernel = self.head.draft_kernel if self.is3 else None
-        if kernel is None or not kernel.fuse_taps([taps[k] for k in self.taps], self._feat_buf[n:need]):
-            self._feat_buf[n:need] = self._features(taps)
+        self._features(taps, out=self._feat_buf[n:need])
         self._n_feats = need
 
     def snapshot(self):
