@@ -11,7 +11,7 @@ never used. Written as `sources.read_conversations` reads it: one [[prompt, None
     .venv/bin/python -m specviz.train data --conversations tasks.json.gz --n-train 1500 --n-heldout 64 \\
         --max-prompt-tokens 1024 --first-turn-chars 16:20000 --dtype fp32 --out <cache>/train/data-tasks
 
-TRAINING.md (5 Dec 2026, late) says what a head fine-tuned on them gained and lost.
+TRAINING.md ("task-style data for EAGLE-3") says what a head fine-tuned on them gained and lost.
 """
 
 from __future__ import annotations
