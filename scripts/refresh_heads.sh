@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Re-make every shipped artefact that was measured with a shipped head, after that head changed.
 #
-#   bash scripts/refresh_heads.sh [--dry-run | --quick] [--remeasure-costs] [--no-bench] HEAD[,HEAD...]
+#   bash scripts/refresh_heads.sh [--dry-run | --quick] [--remeasure-costs] [--no-bench] [--data DIR] HEAD[,HEAD...]
 #                                                        HEAD: eagle1 eagle3 medusa sps
 #
 #   (no flag)   full size, writes into assets/ (run it on an IDLE machine: the benchmarks time things)
@@ -14,6 +14,9 @@
 #               were measured on a busy machine (they choose every device-tuned tree below).
 #   --no-bench  skip step 6 (the ~25-minute benchmarks); it lists the result files left stale, whose
 #               speeds and taus are then the previous head's until the step is run.
+#   --data DIR  the regenerated data whose held-out shards step 4 evaluates on (default: the user
+#               cache's train/data/<model>, where `python -m specviz.train data` writes). Checked before
+#               anything is changed.
 #
 # A head folder serves several methods: eagle1 -> EAGLE-1 and EAGLE-2 (EAGLE-2 drafts with EAGLE-1's
 # head), eagle3 -> EAGLE-3, medusa -> Medusa, sps -> SpS. Each step re-makes its artefact with the
@@ -38,7 +41,7 @@
 #   5 equal-tree acceptance (6 prompts x 64 tokens)   ~1 min per method
 #   6 benchmarks: 6 result files, every method        ~25 min (specbench_fp32_t0 ~8, t1 ~4, dense ~4, bf16 ~4,
 #                                                              humaneval ~3, heldout ~2)
-#   7 4 lesson rounds + machine.json, then replayed   ~2 min  (this step runs at full size under --quick too)
+#   7 4 lesson rounds + machine.json (+ the batched round for eagle3), then replayed   ~2 min  (full size under --quick too)
 #   total                                             ~40 min. eagle1 (EAGLE-1 and EAGLE-2): ~50 min;
 #   medusa: ~20 min (2 result files); sps: ~12 min (specbench_fp32_t0 and machine.json only)
 #
@@ -63,8 +66,13 @@ MODE=full
 REMEASURE=0
 BENCH=1
 HEADS_ARG=""
+DATA=""
+WANT_DATA=0
 for a in "$@"; do
+  if [ "$WANT_DATA" = 1 ]; then DATA="$a"; WANT_DATA=0; continue; fi
   case "$a" in
+    --data) WANT_DATA=1 ;;
+    --data=*) DATA="${a#--data=}" ;;
     --dry-run) MODE=dry ;;
     --quick) MODE=quick ;;
     --remeasure-costs) REMEASURE=1 ;;
@@ -74,7 +82,8 @@ for a in "$@"; do
     *) HEADS_ARG="$a" ;;
   esac
 done
-[ -n "$HEADS_ARG" ] || usage
+[ -n "$HEADS_ARG" ] && [ "$WANT_DATA" = 0 ] || usage
+[ -z "$DATA" ] || DATA=$(cd "$DATA" 2>/dev/null && pwd) || { echo "--data: no such folder" >&2; exit 2; }
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 PY="$REPO/.venv/bin/python"
@@ -105,6 +114,17 @@ if [ "$MODE" = quick ]; then  # the copy's code must be the one that runs
 fi
 
 METHODS=$(helper methods "$HEADS_ARG")          # e.g. eagle1 -> eagle1,eagle2
+# Step 4 needs held-out shards; without them it would stop the refresh half-way, after step 1 had
+# already forgotten the cached costs. So look first.
+DATA_ARG=()
+[ -z "$DATA" ] || DATA_ARG=(--data "$DATA")
+HELD=${DATA:-$("$PY" -c 'from specviz.train.data import default_data_dir; print(default_data_dir())')}
+if [ "$MODE" != dry ] && ! ls "$HELD"/heldout-*.safetensors > /dev/null 2>&1; then
+  echo "no held-out shards in $HELD: step 4 evaluates on them. Make them first" >&2
+  echo "  ($PY -m specviz.train data --n-train 0 --n-heldout 96 --batch 48 --max-new-tokens 160 --dtype fp32)" >&2
+  echo "or name the folder that holds them with --data DIR. Nothing was changed." >&2
+  exit 2
+fi
 TREE_METHODS=$(echo "$METHODS" | tr , '\n' | grep -vx sps | paste -sd, || true)  # methods with a draft tree
 declare -A TOOK=()
 STARTED=$(mktemp "${WORK:-/tmp}/refresh_started.XXXXXX")  # files newer than this one were written by the refresh
@@ -162,7 +182,7 @@ fi
 step "4 held-out evaluation of $METHODS"
 if [ "$MODE" = quick ]; then SIZE=(--limit 1 --max-new-tokens 8); else SIZE=(--limit 5 --max-new-tokens 64); fi
 REPORT=$(mktemp "${WORK:-/tmp}/refresh_eval.XXXXXX.json")
-run "$PY" -m specviz.train eval --methods "vanilla,$METHODS" \
+run "$PY" -m specviz.train eval --methods "vanilla,$METHODS" "${DATA_ARG[@]}" \
   --tau-prompts heldout,../shared/data/spec_bench_dev.jsonl "${SIZE[@]}" --out "$REPORT"
 run "${HELPER[@]}" merge-eval "$REPORT" "vanilla,$METHODS"
 done_step
@@ -201,6 +221,12 @@ if [ -n "$KEYS" ]; then
   run "$PY" -m specviz.lesson check --only "$KEYS"
 else
   run "${HELPER[@]}" record-machine
+fi
+# The batched round of the Lesson and the serving page (assets/lessons/batch-eagle3.json, replayed by
+# tests/test_batch.py) is EAGLE-3's too.
+if echo ",$METHODS," | grep -q ',eagle3,'; then
+  run "$PY" -m specviz.lesson_batch record
+  run "$PY" -m specviz.lesson_batch check
 fi
 done_step
 
