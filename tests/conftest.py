@@ -48,14 +48,16 @@ def vanilla_greedy(target):
 @pytest.fixture
 def pinned_costs(monkeypatch):
     """Pin the tree tuner to a cost table, so its choice is a pure function of the shipped profile:
-    the timing of the shortlist is stood in for by the model's own predictions, and nothing is
-    written to the user cache. `pinned_costs(costs)` returns a function giving a method's pick."""
+    the timing of the shortlist is stood in for by the model's own predictions (every tree counted
+    as verifying as many tokens, so no tie is broken by size), and nothing is written to the user
+    cache. `pinned_costs(costs)` returns a function giving a method's pick."""
     from specviz import tuning
 
     def pin(costs: dict):
         def predicted(target, drafter, profile, cands, prompts, max_new_tokens, params=None):
             vanilla = 1.0 / (float(costs.get("overhead", 0.0)) + tuning.interpolate(costs["forward"], 1))
-            return ([dict(c, measured_tok_s=c["tok_s"], measured_tau=c["tau"], speedup=c["tok_s"] / vanilla) for c in cands],
+            return ([dict(c, measured_tok_s=c["tok_s"], measured_tau=c["tau"], measured_nodes=1.0, speedup=c["tok_s"] / vanilla)
+                     for c in cands],
                     dict(tok_s=vanilla))
 
         monkeypatch.setattr(tuning.pick, "device_costs", lambda *a, **k: costs)

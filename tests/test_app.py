@@ -253,7 +253,7 @@ def test_tune_tree_button_applies_the_tree_timed_at_the_sidebars_temperature(pin
 
     def timed(target, drafter, profile, cands, prompts, max_new_tokens, params):
         fast = (lambda c: c["total_tokens"] == 2) if params.temperature > 0 else (lambda c: c is cands[0])
-        return [dict(c, measured_tok_s=50.0 + fast(c), measured_tau=1.4, speedup=1.0 + fast(c) / 10) for c in cands], dict(tok_s=50.0)
+        return [dict(c, measured_tok_s=50.0 + fast(c), measured_tau=1.4, measured_nodes=1.0, speedup=1.0 + fast(c) / 10) for c in cands], dict(tok_s=50.0)
 
     monkeypatch.setattr(tuning.pick, "time_candidates", timed)
     at = ok(new_app().run())

@@ -149,6 +149,20 @@ def test_shortlist_takes_three_kinds_of_tree():
     assert tuning.shortlist(ranked[3:]) == [ranked[3]]  # the best is already fixed-size and 2 nodes
 
 
+def test_shortlist_times_the_floors_above_the_models_best_floor():
+    """The model over-values a low floor's marginal nodes where prompts keep them less than the
+    profile's did; the next two floors up are timed too, each at the model's best depth for it."""
+    ranked = [dict(depth=5, total_tokens=64, min_prob=0.15, tok_s=9.0), dict(depth=3, total_tokens=64, min_prob=0.1, tok_s=8.9),
+              dict(depth=6, total_tokens=64, min_prob=0.2, tok_s=8.8), dict(depth=5, total_tokens=64, min_prob=0.2, tok_s=8.7),
+              dict(depth=1, total_tokens=2, tok_s=8.6), dict(depth=4, total_tokens=64, min_prob=0.3, tok_s=8.5),
+              dict(depth=5, total_tokens=64, min_prob=0.25, tok_s=8.4), dict(depth=5, total_tokens=64, min_prob=0.35, tok_s=8.3)]
+    assert tuning.shortlist(ranked) == [ranked[0], ranked[2], ranked[6], ranked[4]]
+    # a fixed-size tree ranked first: the best floored tree and the floors above it are timed beside it
+    first = [ranked[4], *ranked[:4], *ranked[5:]]
+    assert tuning.shortlist(first) == [ranked[4], ranked[0], ranked[2], ranked[6]]
+    assert [tuning.shape_key(c) for c in tuning.shortlist(ranked)] == [(5, 64, 0.15), (6, 64, 0.2), (5, 64, 0.25), (1, 2, None)]
+
+
 def test_tuned_tree_picks_the_fastest_measured_tree_and_caches_the_pick(target, monkeypatch, tmp_path):
     """The model ranks, the timing decides: the shortlist is timed once per device and profile."""
     from specviz.heads.io import shipped_head_dir
@@ -167,6 +181,7 @@ def test_tuned_tree_picks_the_fastest_measured_tree_and_caches_the_pick(target, 
         # at T = 1 the other way round (as if the deeper tree kept paying when sampling)
         deep_wins = params.temperature > 0
         out = [dict(c, measured_tok_s=100.0 if (c["total_tokens"] == 4) != deep_wins else 120.0, measured_tau=1.25,
+                    measured_nodes=float(c["total_tokens"]),
                     speedup=0.9 if (c["total_tokens"] == 4) != deep_wins else 1.1) for c in cands]
         return out, dict(tok_s=110.0)
 
@@ -188,6 +203,28 @@ def test_tuned_tree_picks_the_fastest_measured_tree_and_caches_the_pick(target, 
     tuning.tuned_tree(target, "eagle3", folder, build=lambda: object())
     assert len(timed) == 6
     tuning.tuned_tree(target, "eagle3", folder, build=lambda: pytest.fail("timed twice"))
+    # a pick whose candidates are not today's shortlist (the shortlist's rule changed): timed again
+    monkeypatch.setattr(tuning.pick, "shortlist", lambda ranked: tuning.shortlist(ranked)[:1])
+    tuning.tuned_tree(target, "eagle3", folder, build=lambda: object())
+    assert len(timed) == 8 and timed[-1] == ([(2, 4)], 1.0)
+
+
+def test_a_timed_tie_goes_to_the_tree_that_verifies_fewer_tokens():
+    from specviz.tuning.pick import TIE, _measured_best
+
+    profile = {"kind": "dynamic", "top_k": 8}
+    cand = lambda p, speedup, nodes: dict(depth=5, total_tokens=64, min_prob=p, tau=1.8, tok_s=160.0,  # noqa: E731
+                                          measured_tok_s=200.0 * speedup, measured_tau=1.8, measured_nodes=nodes, speedup=speedup)
+    pick = {"vanilla_tok_s": 200.0, "temperature": 0.0,
+            "candidates": [cand(0.15, 1.10, 3.6), cand(0.2, 1.085, 3.2), cand(0.25, 1.075, 3.0), cand(None, 1.05, 2.0)]}
+    assert 1.10 * (1 - TIE) <= 1.075 < 1.10 and 1.05 < 1.10 * (1 - TIE)
+    best = _measured_best(profile, pick)
+    assert (best["min_prob"], best["speedup"], best["tok_s"]) == (0.25, 1.075, 200.0 * 1.075)  # within the tie, fewest nodes
+    pick["candidates"][2]["speedup"] = 1.06  # out of the tie now
+    assert _measured_best(profile, pick)["min_prob"] == 0.2
+    for c in pick["candidates"]:
+        del c["measured_nodes"]  # a pick timed before nodes were counted: the fastest
+    assert _measured_best(profile, pick)["min_prob"] == 0.15
 
 
 def test_the_tuner_times_the_drafting_a_tuned_drafter_does(target, monkeypatch):

@@ -30,4 +30,4 @@ from .pick import SAMPLED_AT, TUNED_DRAFTING, time_candidates, tree_for, tuned_t
 from .profiles import (MAX_DEPTH, MIN_PROBS, PROFILE_FILE, _Recorder, collect_profile, dynamic_accepts,  # noqa: F401
                        floor_rounds, load_profile, save_profile)
 from .ranking import (SHORTLIST_PROMPTS, SHORTLIST_TOKENS, candidate_shape, overhead_at, profile_id,  # noqa: F401
-                      rank_trees, shortlist)
+                      rank_trees, shape_key, shortlist)

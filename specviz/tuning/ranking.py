@@ -67,15 +67,34 @@ def profile_id(profile: dict) -> str:
     return hashlib.sha256(json.dumps(profile, sort_keys=True).encode()).hexdigest()[:16]
 
 
+FLOORS_ABOVE = 2  # how many probability floors above the model's best one are timed too
+
+
 def shortlist(ranked: list[dict]) -> list[dict]:
-    """The model's best tree, its best tree of a fixed size (no probability floor) and its best
-    2-node tree: three kinds whose predictions fail differently, timed before one is picked."""
+    """The model's best tree, its best trees at the next FLOORS_ABOVE probability floors above its
+    best floor, its best tree of a fixed size (no floor) and its best 2-node tree: kinds whose
+    predictions fail differently, timed before one is picked. Why the higher floors: the model
+    prices a low floor's marginal nodes by how often the profile's prompts kept them, and where
+    they are kept less (longer contexts, other tasks) each costs a verified token for little;
+    neighbouring floors sit within the model's error, so the clock chooses (docs/tuning.md)."""
     picks = [ranked[0]]
-    for kind in (lambda r: "min_prob" not in r, lambda r: r["total_tokens"] == 2 and "min_prob" not in r):
+    kinds = []
+    floors = [r["min_prob"] for r in ranked if "min_prob" in r]
+    if floors:
+        kinds.append(lambda r: "min_prob" in r)  # the best floored tree, when a fixed-size one ranks first
+        for f in sorted({f for f in floors if f > floors[0]})[:FLOORS_ABOVE]:
+            kinds.append(lambda r, f=f: r.get("min_prob") == f)
+    kinds += [lambda r: "min_prob" not in r, lambda r: r["total_tokens"] == 2 and "min_prob" not in r]
+    for kind in kinds:
         r = next((r for r in ranked if kind(r)), None)
         if r is not None and r not in picks:
             picks.append(r)
     return picks
+
+
+def shape_key(cand: dict) -> tuple:
+    """What identifies a candidate tree (a cached pick is re-timed when its candidates differ)."""
+    return cand.get("depth"), cand["total_tokens"], cand.get("min_prob")
 
 
 def candidate_shape(profile: dict, cand: dict) -> TreeShape:
