@@ -48,9 +48,10 @@ STRINGS: dict[str, tuple[str, str]] = {
     "sb.tune": ("Tune the tree for this machine", "为本机调优草稿树"),
     "sb.tune_help": ("Picks depth and size that maximise tokens/s: the head's measured acceptance for every tree "
                      "size, divided by this machine's measured time per round, ranks the trees; the best few and "
-                     "vanilla are then timed on built-in prompts and the fastest wins.",
+                     "vanilla are then timed on built-in prompts and the fastest wins (within 3% of it, the tree "
+                     "that verifies fewer tokens).",
                      "选择使每秒词元数最大的深度和大小：用草稿头在每种树大小下实测的接受长度除以本机实测的每轮耗时为各棵树排序；"
-                     "再在内置提示上实测排名靠前的几棵树与普通解码，取最快的一棵。"),
+                     "再在内置提示上实测排名靠前的几棵树与普通解码，取最快的一棵（与最快相差 3% 以内时，取验证词元更少的一棵）。"),
     "sb.tune_measuring": ("Measuring this machine's forward and drafting costs and timing the best trees (once)...",
                           "正在测量本机的前向与起草耗时并实测最佳的几棵树（仅一次）……"),
     "sb.tune_none": ("This head ships no acceptance profile: run `python -m specviz.tuning profile`.",
