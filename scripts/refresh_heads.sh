@@ -118,13 +118,13 @@ METHODS=$(helper methods "$HEADS_ARG")          # e.g. eagle1 -> eagle1,eagle2
 # already forgotten the cached costs. So look first.
 DATA_ARG=()
 [ -z "$DATA" ] || DATA_ARG=(--data "$DATA")
-HELD=${DATA:-$("$PY" -c 'from specviz.train.data import default_data_dir; print(default_data_dir())')}
-if [ "$MODE" != dry ] && ! ls "$HELD"/heldout-*.safetensors > /dev/null 2>&1; then
-  echo "no held-out shards in $HELD: step 4 evaluates on them. Make them first" >&2
-  echo "  ($PY -m specviz.train data --n-train 0 --n-heldout 96 --batch 48 --max-new-tokens 160 --dtype fp32)" >&2
-  echo "or name the folder that holds them with --data DIR. Nothing was changed." >&2
-  exit 2
-fi
+HELD_CHECK='import sys
+from specviz.train.data import SeqData, default_data_dir
+try:
+    SeqData(sys.argv[1] or default_data_dir(), "heldout")  # the loader step 4 uses, and its message
+except Exception as e:
+    sys.exit(f"{e} Step 4 evaluates on them (make them with --n-train 0 --n-heldout 96), or name their folder with --data DIR. Nothing was changed.")'
+[ "$MODE" = dry ] || "$PY" -c "$HELD_CHECK" "$DATA" || exit 2
 TREE_METHODS=$(echo "$METHODS" | tr , '\n' | grep -vx sps | paste -sd, || true)  # methods with a draft tree
 declare -A TOOK=()
 STARTED=$(mktemp "${WORK:-/tmp}/refresh_started.XXXXXX")  # files newer than this one were written by the refresh
