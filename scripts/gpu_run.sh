@@ -138,7 +138,7 @@ task_train() {
     [ "$e3" -ge "${E3_MIN:-20}" ] || say "== train_eagle3: skipped, $(left) s left of the deadline"
     [ -d "$data" ] && [ "$e3" -ge "${E3_MIN:-20}" ] && step train_eagle3 $(( e3 + 60 )) $PY -m specviz.train eagle3 $MODEL_ARG --data "$data" --out "$STAGE/out/eagle3" \
         --ckpt-dir "$STAGE/ck-eagle3" --fresh --device "$DEV" --minutes $(awk "BEGIN{print $e3/60}") \
-        --ttt-steps 4 --draft-vocab $DRAFT_VOCAB --max-tokens $TRAIN_TOKENS --lr 6e-4 --eval-every 200 $e3_init
+        --ttt-steps 4 --draft-vocab $DRAFT_VOCAB --max-tokens $TRAIN_TOKENS --lr 2e-4 --eval-every 200 $e3_init
     split_out "$STAGE/out/eagle3" eagle3
     # what part 2 could not carry: Medusa and SpS (and HF's assisted generation with the SpS model)
     bench bench_rest 45 vanilla,medusa,sps,hf-assisted --dtype fp32 --temperature 0 --tree paper

@@ -485,9 +485,23 @@ def test_token_only_data_trains_with_states_recomputed(tmp_path, tiny_target):
     assert ev["anchors"] > 0
 
 
+def test_mapped_rows_follow_the_map_that_training_applied_to_the_old_rows():
+    """A grown head's new rows: if training moved every old row by the same linear map (here a scale of 3
+    and a rotation), the new tokens' target rows are moved by it too, not left on the target's scale."""
+    from specviz.train.trainers import mapped_rows
+
+    g = torch.Generator().manual_seed(0)
+    source, fresh = torch.randn(300, 24, generator=g), torch.randn(50, 24, generator=g)
+    m = 3.0 * torch.linalg.qr(torch.randn(24, 24, generator=g))[0]
+    trained = source @ m + 0.01 * torch.randn(300, 24, generator=g)
+    got = mapped_rows(source, trained, fresh)
+    assert torch.allclose(got, fresh @ m, atol=0.05), (got - fresh @ m).abs().max()
+    assert not torch.allclose(got, fresh, atol=0.5)  # the raw target rows are what the old init used
+
+
 def test_grow_vocab_keeps_the_trained_rows_and_adds_frequent_tokens(tiny, tmp_path):
     from specviz.heads import Eagle3Head, head_config_from_target
-    from specviz.train.trainers import grow_vocab
+    from specviz.train.trainers import grow_vocab, mapped_rows
 
     model, folder = tiny
     data = SeqData(folder, "train")
@@ -500,7 +514,9 @@ def test_grow_vocab_keeps_the_trained_rows_and_adds_frequent_tokens(tiny, tmp_pa
     at = torch.searchsorted(new, old)
     assert torch.equal(grown.lm_head.weight[at], head.lm_head.weight)
     added = sorted(set(new.tolist()) - set(old.tolist()))
-    assert torch.equal(grown.lm_head.weight[torch.searchsorted(new, torch.tensor(added))], model.lm_head[added])
+    # the added tokens' rows: the target's rows mapped as training moved the old ones (mapped_rows)
+    expect = mapped_rows(model.lm_head[old].float(), head.lm_head.weight.float(), model.lm_head[added].float())
+    assert torch.allclose(grown.lm_head.weight[torch.searchsorted(new, torch.tensor(added))], expect, atol=1e-6)
     assert torch.equal(grown.fc.weight, head.fc.weight)
     # the added tokens are the most frequent response tokens the old vocabulary lacked
     from specviz.train.batches import token_frequencies

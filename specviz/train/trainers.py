@@ -103,7 +103,12 @@ def init_head(folder, tcfg, method, grow_to: int = 0, data: SeqData | None = Non
 def grow_vocab(head: Eagle3Head, tcfg, size: int, data: SeqData, target_model) -> Eagle3Head:
     """The same EAGLE-3 head with a larger draft vocabulary: every trained weight kept, the new
     tokens (the data's most frequent response tokens outside the old vocabulary) start from the
-    target's own LM-head rows, as a fresh head's do."""
+    target's own LM-head rows mapped as training moved the old ones (`mapped_rows`).
+
+    Why mapped: the trained rows have drifted from the target rows they started from, so raw target
+    rows score the head's states on another scale and the new tokens win almost every row: the grown
+    head starts far below the head it came from and spends its training climbing back (the shipped
+    head's TRAINING.md has the measurements)."""
     old = head.target_ids().cpu()
     counts = token_frequencies(data, tcfg.vocab_size)
     counts[old] = -1
@@ -114,10 +119,23 @@ def grow_vocab(head: Eagle3Head, tcfg, size: int, data: SeqData, target_model) -
     sd = {k: v for k, v in head.state_dict().items() if k not in ("lm_head.weight", "d2t", "t2d")}
     grown.load_state_dict(sd, strict=False)
     with torch.no_grad():
-        rows = target_model.lm_head[ids].float().clone()
-        rows[torch.searchsorted(ids, old)] = head.lm_head.weight.float()
+        target_rows = target_model.lm_head.float().cpu()
+        rows = mapped_rows(target_rows[old], head.lm_head.weight.float().cpu(), target_rows[ids])
+        rows[torch.searchsorted(ids, old)] = head.lm_head.weight.float().cpu()
         grown.lm_head.weight.copy_(rows)
     return grown
+
+
+def mapped_rows(source: torch.Tensor, trained: torch.Tensor, new_source: torch.Tensor, ridge: float = 1e-3) -> torch.Tensor:
+    """new_source @ M, where M [H, H] is the ridge least-squares map with source @ M ~ trained
+    (source, trained [n, H]: the target's LM-head rows of the old draft tokens and the head's trained
+    rows for them). The ridge (relative to the mean diagonal of source^T source) keeps M tame where
+    the rows leave directions unexplored."""
+    s, t = source.double(), trained.double()
+    gram = s.T @ s
+    lam = ridge * float(gram.diagonal().mean())
+    m = torch.linalg.solve(gram + lam * torch.eye(gram.shape[0], dtype=gram.dtype), s.T @ t)
+    return (new_source.double() @ m).float()
 
 
 def loss_vocab(method, head, data, tcfg, cfg):
