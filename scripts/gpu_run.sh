@@ -147,7 +147,7 @@ task_train() {
     if [ "$e1" -ge "${E1_MIN:-30}" ] && [ -d "$data" ]; then
         step train_eagle1 $(( e1 + 60 )) $PY -m specviz.train eagle1 $MODEL_ARG --data "$data" --out "$STAGE/out/eagle1" \
             --ckpt-dir "$STAGE/ck-eagle1" --fresh --device "$DEV" --minutes $(awk "BEGIN{print $e1/60}") \
-            --draft-vocab $DRAFT_VOCAB --max-tokens $TRAIN_TOKENS --lr 4e-4 $e1_init
+            --draft-vocab $DRAFT_VOCAB --max-tokens $TRAIN_TOKENS --lr 1.5e-4 $e1_init
         split_out "$STAGE/out/eagle1" eagle1
     else
         say "== train_eagle1: skipped, $(left) s left of the deadline"
