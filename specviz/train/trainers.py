@@ -119,9 +119,9 @@ def grow_vocab(head: Eagle3Head, tcfg, size: int, data: SeqData, target_model) -
     sd = {k: v for k, v in head.state_dict().items() if k not in ("lm_head.weight", "d2t", "t2d")}
     grown.load_state_dict(sd, strict=False)
     with torch.no_grad():
-        target_rows = target_model.lm_head.float().cpu()
-        rows = mapped_rows(target_rows[old], head.lm_head.weight.float().cpu(), target_rows[ids])
-        rows[torch.searchsorted(ids, old)] = head.lm_head.weight.float().cpu()
+        target_rows, trained = target_model.lm_head.float().cpu(), head.lm_head.weight.float().cpu()
+        rows = mapped_rows(target_rows[old], trained, target_rows[ids])
+        rows[torch.searchsorted(ids, old)] = trained
         grown.lm_head.weight.copy_(rows)
     return grown
 
