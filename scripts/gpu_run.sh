@@ -13,7 +13,7 @@
 #   bash scripts/gpu_run.sh 2 check    # + part 2 (GGUF rest, EAGLE-1/3): every method's identity and speed on the
 #                                      #   real model: fp32/bf16, T=0/1, papers'/tuned trees, graphs off, HF peers (~3 min)
 #   bash scripts/gpu_run.sh 3 train    # + part 3 (Medusa, SpS, conversations): their identity, then >= 20k answers
-#                                      #   regenerated as token ids, EAGLE-3 (16,384 draft tokens) and EAGLE-1 trained
+#                                      #   regenerated as token ids, EAGLE-3 (its 8,192 draft tokens) and EAGLE-1 trained
 #                                      #   with the target's states recomputed on the GPU                     (~6 min)
 # Each part is unpacked into /root/specviz-stage (kept while the machine is warm) and every file whose
 # pieces have all arrived is assembled there (scripts/gpu_stage.py). A task runs the steps its files allow
@@ -128,8 +128,13 @@ task_train() {
         --turns all --n-train $N_TRAIN --n-heldout $N_HELD --batch $GEN_BATCH --max-new-tokens $GEN_NEW \
         --max-prompt-tokens 160 --max-context-tokens 384 --dtype fp32 $CONV_ARG $EXCLUDE_ARG
     ls "$data" 2>/dev/null | sed 's/-.*//' | sort | uniq -c | tee -a "$LOG"
-    local e3_init="" e1_init=""
-    [ -f "$heads/eagle3/model.safetensors" ] && e3_init="--init $heads/eagle3 --grow-vocab"
+    # EAGLE-3 keeps the shipped head's draft vocabulary unless E3_GROW names a larger one: on the CPU a grown
+    # 16,384-token head verified fewer tokens a round on Spec-Bench and drafted slower (TRAINING.md, "6 Dec 2026")
+    local e3_init="" e1_init="" e3_vocab=$DRAFT_VOCAB
+    if [ -f "$heads/eagle3/model.safetensors" ]; then
+        e3_init="--init $heads/eagle3"
+        [ -n "$E3_GROW" ] && e3_init="$e3_init --grow-vocab" && e3_vocab=$E3_GROW
+    fi
     [ -f "$heads/eagle1/model.safetensors" ] && e1_init="--init $heads/eagle1"
     # EAGLE-3 first (the most valuable head), EAGLE-1 with what is left; each exports and evaluates after its minutes
     # its minutes fit the deadline: a trainer cut by its time limit exports nothing
@@ -138,7 +143,7 @@ task_train() {
     [ "$e3" -ge "${E3_MIN:-20}" ] || say "== train_eagle3: skipped, $(left) s left of the deadline"
     [ -d "$data" ] && [ "$e3" -ge "${E3_MIN:-20}" ] && step train_eagle3 $(( e3 + 60 )) $PY -m specviz.train eagle3 $MODEL_ARG --data "$data" --out "$STAGE/out/eagle3" \
         --ckpt-dir "$STAGE/ck-eagle3" --fresh --device "$DEV" --minutes $(awk "BEGIN{print $e3/60}") \
-        --ttt-steps 4 --draft-vocab $DRAFT_VOCAB --max-tokens $TRAIN_TOKENS --lr 2e-4 --eval-every 200 $e3_init
+        --ttt-steps 4 --draft-vocab $e3_vocab --max-tokens $TRAIN_TOKENS --lr 2e-4 --eval-every 200 $e3_init
     split_out "$STAGE/out/eagle3" eagle3
     # what part 2 could not carry: Medusa and SpS (and HF's assisted generation with the SpS model)
     bench bench_rest 45 vanilla,medusa,sps,hf-assisted --dtype fp32 --temperature 0 --tree paper
@@ -182,7 +187,7 @@ run_there() {  # run_there PART TASK
     EXCLUDE_ARG=""; have spec_bench_dev.jsonl && EXCLUDE_ARG="--exclude $F/spec_bench_dev.jsonl"
     N_TRAIN=${N_TRAIN:-20000}; N_HELD=${N_HELD:-96}; GEN_BATCH=${GEN_BATCH:-1024}; GEN_NEW=${GEN_NEW:-160}
     DATA_SECS=${DATA_SECS:-110}; E3_SECS=${E3_SECS:-120}; E1_SECS=${E1_SECS:-60}
-    DRAFT_VOCAB=${DRAFT_VOCAB:-16384}; TRAIN_TOKENS=${TRAIN_TOKENS:-16384}; RESERVE=${RESERVE:-10}
+    DRAFT_VOCAB=${DRAFT_VOCAB:-16384}; E3_GROW=${E3_GROW:-}; TRAIN_TOKENS=${TRAIN_TOKENS:-16384}; RESERVE=${RESERVE:-10}
     write_env
     say "== part $part, task $task, deadline ${DEADLINE:-none} s, stage $STAGE"
     "task_$task"

@@ -80,8 +80,10 @@ def test_rehearsal_runs_every_step_of_the_three_commands(tmp_path):
     batched = json.loads((tmp_path / "out2" / "bench_batch.json").read_text())["by_batch"]  # batched rounds too
     assert set(batched) == {"1", "2", "4", "8", "16"}
     assert all(e["identical_to_vanilla"] for b in batched.values() for e in b.values()), batched
-    # the EAGLE-3 head came back, fine-tuned from the staged one with its draft vocabulary grown (192 -> 256)
+    # the EAGLE-3 head came back, fine-tuned from the staged one and keeping its draft vocabulary (192 tokens,
+    # not the 256 of DRAFT_VOCAB: part 3 grows it only when E3_GROW asks)
     with tarfile.open(tmp_path / "out3" / "eagle3.tar.part00") as tar:
         cfg = json.load(tar.extractfile("eagle3/config.json"))
         info = json.load(tar.extractfile("eagle3/train_info.json"))
-    assert cfg["draft_vocab_size"] == 256 and info["heldout_greedy"]["anchors"] > 0
+    assert info["config"]["init"].endswith("eagle3") and not info["config"]["grow_vocab"]
+    assert cfg["draft_vocab_size"] == 192 and info["heldout_greedy"]["anchors"] > 0
