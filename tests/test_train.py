@@ -508,9 +508,11 @@ def test_grow_vocab_keeps_the_trained_rows_and_adds_frequent_tokens(tiny, tmp_pa
     head = Eagle3Head(head_config_from_target(model.cfg, draft_vocab_size=40))
     torch.nn.init.normal_(head.lm_head.weight)
     head.set_vocab(torch.arange(3, 123, 3))
+    head.config["specviz"] = {"draft_window": 512}
     grown = grow_vocab(head, model.cfg, 64, data, model)
     old, new = head.target_ids(), grown.target_ids()
     assert len(new) == 64 and set(old.tolist()) <= set(new.tolist())
+    assert grown.config["specviz"]["draft_window"] == 512  # it still reads only the prompt's last 512 tokens
     at = torch.searchsorted(new, old)
     assert torch.equal(grown.lm_head.weight[at], head.lm_head.weight)
     added = sorted(set(new.tolist()) - set(old.tolist()))

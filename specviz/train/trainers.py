@@ -115,6 +115,8 @@ def grow_vocab(head: Eagle3Head, tcfg, size: int, data: SeqData, target_model) -
     extra = sorted(range(tcfg.vocab_size), key=lambda i: (-int(counts[i]), i))[: size - len(old)]
     ids = torch.cat([old, torch.tensor(extra, dtype=torch.long)]).sort().values
     grown = Eagle3Head(head_config_from_target(tcfg, draft_vocab_size=len(ids)))
+    if head.config.get("specviz"):  # our settings (how much of the prompt it reads: draft_window) travel with it
+        grown.config["specviz"] = dict(head.config["specviz"])
     grown.set_vocab(ids)
     sd = {k: v for k, v in head.state_dict().items() if k not in ("lm_head.weight", "d2t", "t2d")}
     grown.load_state_dict(sd, strict=False)
