@@ -13,7 +13,7 @@
 #   bash scripts/gpu_run.sh 2 check    # + part 2 (GGUF rest, EAGLE-1/3): every method's identity and speed on the
 #                                      #   real model: fp32/bf16, T=0/1, papers'/tuned trees, graphs off, HF peers (~3 min)
 #   bash scripts/gpu_run.sh 3 train    # + part 3 (Medusa, SpS, conversations, task prompts): their identity, then
-#                                      #   >= 20k answers and ~1k task-style answers regenerated as token ids, EAGLE-3
+#                                      #   >= 20k answers and ~750 task-style answers regenerated as token ids, EAGLE-3
 #                                      #   (its 8,192 draft tokens) and EAGLE-1 trained with the target's states
 #                                      #   recomputed on the GPU                                              (~6 min)
 # Each part is unpacked into /root/specviz-stage (kept while the machine is warm) and every file whose
@@ -195,7 +195,7 @@ run_there() {  # run_there PART TASK
     CONV_ARG=""; have conversations.json.gz && CONV_ARG="--conversations $F/conversations.json.gz"
     EXCLUDE_ARG=""; have spec_bench_dev.jsonl && EXCLUDE_ARG="--exclude $F/spec_bench_dev.jsonl"
     N_TRAIN=${N_TRAIN:-20000}; N_HELD=${N_HELD:-96}; GEN_BATCH=${GEN_BATCH:-1024}; GEN_NEW=${GEN_NEW:-160}
-    DATA_SECS=${DATA_SECS:-110}; TASK_N=${TASK_N:-1024}; TASK_BATCH=${TASK_BATCH:-256}; TASK_SECS=${TASK_SECS:-40}; E3_SECS=${E3_SECS:-120}; E1_SECS=${E1_SECS:-60}
+    DATA_SECS=${DATA_SECS:-110}; TASK_N=${TASK_N:-768}; TASK_BATCH=${TASK_BATCH:-256}; TASK_SECS=${TASK_SECS:-30}; E3_SECS=${E3_SECS:-120}; E1_SECS=${E1_SECS:-60}
     DRAFT_VOCAB=${DRAFT_VOCAB:-16384}; E3_GROW=${E3_GROW:-}; TRAIN_TOKENS=${TRAIN_TOKENS:-16384}; RESERVE=${RESERVE:-10}
     write_env
     say "== part $part, task $task, deadline ${DEADLINE:-none} s, stage $STAGE"
