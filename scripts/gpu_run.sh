@@ -138,7 +138,7 @@ task_train() {
     local train_data=$data  # the chat data first: the trainer's held-out rows come from the first folder
     [ -n "$(ls "$tasks" 2>/dev/null | grep '^train')" ] && train_data="$data,$tasks"
     # EAGLE-3 keeps the shipped head's draft vocabulary unless E3_GROW names a larger one: on the CPU a grown
-    # 16,384-token head verified fewer tokens a round on Spec-Bench and drafted slower (TRAINING.md, "6 Dec 2026")
+    # 16,384-token head verified fewer tokens a round on Spec-Bench and drafted slower (the heads' TRAINING.md, "6 Dec 2026, later")
     local e3_init="" e1_init="" e3_vocab=$DRAFT_VOCAB
     if [ -f "$heads/eagle3/model.safetensors" ]; then
         e3_init="--init $heads/eagle3"
@@ -168,7 +168,7 @@ task_train() {
     fi
     # the regenerated answers as token ids, when they fit in one file (CPU sessions can train on them later)
     if [ -d "$data" ]; then
-        tar -C "$STAGE" -czf "$STAGE/data-tokens.tgz" "$(basename "$data")" 2>/dev/null
+        tar -C "$STAGE" -czf "$STAGE/data-tokens.tgz" "$(basename "$data")" $([ -d "$tasks" ] && basename "$tasks") 2>/dev/null
         local n; n=$(stat -c %s "$STAGE/data-tokens.tgz" 2>/dev/null || echo 0)
         if [ "$n" -le $(( 15 * MIB )) ]; then cp "$STAGE/data-tokens.tgz" "$OUT/"; say "   data-tokens.tgz: $(( n / 1024 )) KiB";
         else say "   data-tokens.tgz is $(( n / MIB )) MiB: left there"; fi
