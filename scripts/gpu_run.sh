@@ -135,8 +135,9 @@ task_train() {
         --device "$DEV" --tokens-only --n-train $TASK_N --n-heldout 0 --batch $TASK_BATCH --max-new-tokens $GEN_NEW \
         --max-prompt-tokens 1024 --first-turn-chars 16:20000 --dtype fp32 --conversations "$F/tasks.json.gz" $EXCLUDE_ARG
     ls "$data" "$tasks" 2>/dev/null | sed 's/-.*//' | sort | uniq -c | tee -a "$LOG"
-    local train_data=$data  # the chat data first: the trainer's held-out rows come from the first folder
-    [ -n "$(ls "$tasks" 2>/dev/null | grep '^train')" ] && train_data="$data,$tasks"
+    # the chat data first: the trainer's held-out rows come from the first folder (SeqData reads a tasks folder that
+    # is missing or empty as no shards)
+    local train_data="$data,$tasks"
     # EAGLE-3 keeps the shipped head's draft vocabulary unless E3_GROW names a larger one: on the CPU a grown
     # 16,384-token head verified fewer tokens a round on Spec-Bench and drafted slower (the heads' TRAINING.md, "6 Dec 2026, later")
     local e3_init="" e1_init="" e3_vocab=$DRAFT_VOCAB

@@ -87,4 +87,5 @@ def test_rehearsal_runs_every_step_of_the_three_commands(tmp_path):
         info = json.load(tar.extractfile("eagle3/train_info.json"))
     assert info["config"]["init"].endswith("eagle3") and not info["config"]["grow_vocab"]
     assert info["config"]["data_dir"].split(",")[1].endswith("train-tasks")  # the task-style answers too
+    assert list((tmp_path / "there" / "train-tasks").glob("train-*.safetensors"))  # ... which the task step wrote
     assert cfg["draft_vocab_size"] == 192 and info["heldout_greedy"]["anchors"] > 0
