@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,7 +24,8 @@ import torch
 
 from .engine import SpeculativeDecoder, vanilla_generate
 from .heads.io import shipped_head_dir
-from .machine import forward_curve
+from .agreement import replay_tolerance, value_close
+from .machine import forward_curve, numerics
 from .machine import machine as _machine
 from .methods import head_method, make_drafter
 from .sampling import SamplingParams
@@ -202,7 +202,8 @@ def replay(target, rec: LessonRound) -> RoundTrace:
 
 def differences(a: RoundTrace, b: RoundTrace, tol: float = 0.0, limit: int = 10) -> list[str]:
     """Where two traces differ (timings ignored): paths like 'nodes[3].p: 0.41 != 0.42'.
-    `tol` is a relative tolerance for floats (0: exact)."""
+    `tol` is a relative tolerance for floats (0: exact; `specviz.agreement.value_close`); every
+    other field (tokens, tree, decisions, draws) is always compared exactly."""
     out: list[str] = []
 
     def walk(x, y, path):
@@ -220,13 +221,48 @@ def differences(a: RoundTrace, b: RoundTrace, tol: float = 0.0, limit: int = 10)
             for i, (u, v) in enumerate(zip(x, y)):
                 walk(u, v, f"{path}[{i}]")
         elif isinstance(x, float) and isinstance(y, float) and tol > 0:
-            if not math.isclose(x, y, rel_tol=tol, abs_tol=tol * 1e-3):
+            if not value_close(x, y, tol):
                 out.append(f"{path}: {x!r} != {y!r}")
         elif x != y:
             out.append(f"{path}: {x!r} != {y!r}")
 
     walk(json.loads(a.to_json()), json.loads(b.to_json()), "")
     return out
+
+
+@dataclass
+class ReplayCheck:
+    """A live replay against its recording, judged by `specviz.agreement`'s policy."""
+
+    exact: bool  # every field bit for bit
+    differences: list[str]  # what departs beyond the policy's tolerance ([]: the replay agrees)
+    tolerance: float  # the relative tolerance floats were held to (0.0: this machine's numerics are the recording's)
+
+    @property
+    def agrees(self) -> bool:
+        return not self.differences
+
+
+def compare_replay(recorded: list[RoundTrace], live: list[RoundTrace], recorded_numerics: str | None, cfg) -> ReplayCheck:
+    """Recorded rounds against live ones: exact where this machine computes with the recording's
+    numerics (`machine.numerics()`), floats to `agreement.model_tolerance` elsewhere, and tokens,
+    tree, decisions and draws exactly everywhere."""
+    if len(recorded) != len(live):
+        return ReplayCheck(False, [f"{len(live)} sequences live, {len(recorded)} recorded"], 0.0)
+
+    def diffs(tol: float) -> list[str]:
+        many = len(recorded) > 1
+        return [f"sequence {i}: {d}" if many else d for i, (a, b) in enumerate(zip(recorded, live)) for d in differences(a, b, tol)]
+
+    exact = not diffs(0.0)
+    tol = replay_tolerance(recorded_numerics, numerics(), cfg)
+    return ReplayCheck(exact, [] if exact else diffs(tol), tol)
+
+
+def check_replay(target, rec: LessonRound) -> tuple[RoundTrace, ReplayCheck]:
+    """Replay a recording live and judge it (`compare_replay`)."""
+    live = replay(target, rec)
+    return live, compare_replay([rec.trace], [live], rec.recorded.get("numerics"), target.model.cfg)
 
 
 # ---------------------------------------------------------------------------- files
@@ -314,9 +350,10 @@ def main(argv=None) -> int:
     bad = 0
     for k in keys:
         rec = load_round(k, out)
-        diff = differences(rec.trace, replay(target, rec))
-        print(f"{k}: {'identical' if not diff else 'DIFFERS: ' + '; '.join(diff)}")
-        bad += bool(diff)
+        _, check = check_replay(target, rec)
+        said = "identical" if check.exact else f"agrees to {check.tolerance:.1e}" if check.agrees else "DIFFERS: " + "; ".join(check.differences)
+        print(f"{k}: {said}")
+        bad += not check.agrees
     return 1 if bad else 0
 
 

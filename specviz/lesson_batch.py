@@ -22,7 +22,7 @@ import torch
 
 from .batch import BatchDecoder
 from .engine import SpeculativeDecoder
-from .lesson import LESSON_DIR, PROMPT_CODE, PROMPT_STORY, differences, head_checksums
+from .lesson import LESSON_DIR, PROMPT_CODE, PROMPT_STORY, compare_replay, head_checksums
 from .machine import machine as _machine
 from .methods import make_drafter
 from .sampling import SamplingParams
@@ -104,15 +104,11 @@ def load(folder: Path = LESSON_DIR) -> BatchLessonRound | None:
     return BatchLessonRound.from_dict(json.loads(p.read_text())) if p.is_file() else None
 
 
-def replay_differences(target, rec: BatchLessonRound) -> list[str]:
-    """Where a live replay departs from the recording (timings excluded); [] when identical."""
+def check_replay(target, rec: BatchLessonRound):
+    """Replay the batched round live; returns (that BatchRound, its `lesson.ReplayCheck`): exact
+    where this machine computes as the recording's did, to the agreement policy's tolerance elsewhere."""
     rnd, _ = run(target, rec.spec)
-    out = []
-    if len(rnd.traces) != len(rec.traces):
-        return [f"{len(rnd.traces)} sequences live, {len(rec.traces)} recorded"]
-    for i, (a, b) in enumerate(zip(rec.traces, rnd.traces)):
-        out += [f"sequence {i}: {d}" for d in differences(a, b)]
-    return out
+    return rnd, compare_replay(rec.traces, rnd.traces, rec.recorded.get("numerics"), target.model.cfg)
 
 
 def main(argv=None) -> int:
@@ -131,9 +127,10 @@ def main(argv=None) -> int:
     if rec is None:
         print(f"no recording at {path(Path(a.out))}")
         return 1
-    diff = replay_differences(target, rec)
-    print(f"{KEY}: {'identical' if not diff else 'DIFFERS: ' + '; '.join(diff)}")
-    return 1 if diff else 0
+    _, check = check_replay(target, rec)
+    said = "identical" if check.exact else f"agrees to {check.tolerance:.1e}" if check.agrees else "DIFFERS: " + "; ".join(check.differences)
+    print(f"{KEY}: {said}")
+    return 0 if check.agrees else 1
 
 
 if __name__ == "__main__":

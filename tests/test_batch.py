@@ -132,6 +132,7 @@ def test_greedy_batches_are_token_identical_to_vanilla(target, prompts, solo_van
         assert rounds < N_NEW * len(range(0, len(prompts), B))
 
 
+@pytest.mark.slow
 def test_a_mixed_ragged_batch_is_identical_to_solo_runs(target, prompts, solo_vanilla):
     """Different methods (tree sizes 1 to 26), different prompt lengths and token budgets in one
     batch; sequences leave the batch as they finish."""
@@ -151,6 +152,7 @@ def test_a_mixed_ragged_batch_is_identical_to_solo_runs(target, prompts, solo_va
     assert len({n for r in batch.rounds[:1] for n in r.nodes}) > 2  # ragged trees in one pass
 
 
+@pytest.mark.slow
 def test_a_detailed_batched_round_traces_as_a_solo_round(target, prompts):
     """Same seed, same sampling, same drafter: the batched sequence's round traces are the solo ones
     (timings apart)."""
@@ -176,6 +178,7 @@ def test_a_detailed_batched_round_traces_as_a_solo_round(target, prompts):
     assert ref and got == ref
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant,ok", [("correct", True), (DEFAULT_BROKEN, False)])
 def test_a_sampled_batched_round_has_each_sequences_exact_distribution(target, prompts, variant, ok):
     """The exact one-round check on every sequence of batched rounds at T = 1: the correct rule
@@ -223,6 +226,7 @@ def test_the_recorded_batched_round_replays_identically(target):
     rec = lesson_batch.load()
     assert rec is not None and len(rec.traces) == 3
     assert rec.pass_rows == sum(len(t.nodes) for t in rec.traces)
-    assert lesson_batch.replay_differences(target, rec) == []
-    rec.traces[1].nodes[2].token += 1  # a planted change is caught
-    assert lesson_batch.replay_differences(target, rec)
+    _, check = lesson_batch.check_replay(target, rec)  # exact, or to specviz.agreement's tolerance on other numerics
+    assert check.differences == []
+    rec.traces[1].nodes[2].token += 1  # a planted change is caught on any machine
+    assert lesson_batch.check_replay(target, rec)[1].differences

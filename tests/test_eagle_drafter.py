@@ -7,6 +7,7 @@ import contextlib
 import pytest
 import torch
 
+from specviz import agreement
 from specviz.drafters.eagle import EagleDrafter
 from specviz.engine import SpeculativeDecoder, vanilla_generate
 from specviz.heads import Eagle1Head, Eagle3Head, head_config_from_target
@@ -241,6 +242,14 @@ def _propose_twice(drafter, other_path, rounds: list) -> None:
     drafter.propose = both
 
 
+def _tree_depth(parents) -> int:
+    """Levels below the root of a tree given as parent indices (the root's parent: -1)."""
+    depth = [0] * len(parents)
+    for i, p in enumerate(parents):
+        depth[i] = 0 if p < 0 else depth[p] + 1
+    return max(max(depth), 1)
+
+
 def _decode(target, drafter, temperature, prompts):
     """24 new tokens of each prompt (the drafter's propose records what it drafted)."""
     dec = SpeculativeDecoder(target, drafter, SamplingParams(temperature=temperature), seed=3)
@@ -286,9 +295,11 @@ def test_drafting_in_the_kernel_proposes_the_torch_paths_trees(method, temperatu
     for a, b in rounds:
         assert (a.tokens, a.parents) == (b.tokens, b.parents)
         assert vocab is None or max(b.tokens[1:], default=0) < vocab
-        assert max(abs(x - y) for x, y in zip(a.q, b.q)) < 1e-4
+        # each draft step chains a head layer (fc over up to 3 taps: k = 3H) and the LM head onto the last
+        tol = agreement.path_tolerance(3 * target.model.cfg.hidden_size, depth=2 * _tree_depth(a.parents))
+        assert max(abs(x - y) for x, y in zip(a.q, b.q)) <= tol
         for node in a.dists:
-            assert float((a.dists[node] - b.dists[node]).abs().max()) < 1e-4
+            assert agreement.max_norm_error(b.dists[node], a.dists[node]) <= tol
 
 
 @pytest.mark.parametrize("temperature,vocab", [(0.0, None), (1.0, None), (0.0, 8192)])
@@ -323,12 +334,13 @@ def test_medusa_softmax_and_top_k_in_the_kernel_propose_the_torch_paths_trees(te
     _decode(target, drafter, temperature, ("Write a haiku about the sea.",))
     assert len(rounds) >= 5 and all(len(b) > 1 for _, b in rounds)
     assert len(ranked) == len(rounds)  # every kernel-side proposal ranked its heads in the kernel
+    tol = agreement.path_tolerance(target.model.cfg.hidden_size, depth=2)  # every head: a residual block, the LM head
     for a, b in rounds:
         assert (a.tokens, a.parents) == (b.tokens, b.parents)
         assert vocab is None or max(b.tokens[1:]) < vocab
-        assert max(abs(x - y) for x, y in zip(a.q, b.q)) < 1e-5
+        assert max(abs(x - y) for x, y in zip(a.q, b.q)) <= tol
         for node in a.dists:
-            assert float((a.dists[node] - b.dists[node]).abs().max()) < 1e-5
+            assert agreement.max_norm_error(b.dists[node], a.dists[node]) <= tol
 
 
 @pytest.mark.parametrize("method,shape,temperature,vocab", [
