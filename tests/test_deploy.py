@@ -104,7 +104,7 @@ def test_replicas_share_one_servers_workers_and_cores(monkeypatch):
 
 # ------------------------------------------------------------------------------- real replicas
 @pytest.fixture(scope="module")
-def deployment(nginx, tmp_path_factory):
+def deployment(nginx, tmp_path_factory, target):  # target: the fixture costs in place first
     """Two replicas (agent API on) behind nginx on 127.0.0.1; afterwards every process and its
     group must be gone, whatever happened in the tests."""
     d = Deployment(replicas=2, port=free_port(), host="127.0.0.1", agent_api=True,

@@ -167,7 +167,7 @@ def test_tuned_tree_picks_the_fastest_measured_tree_and_caches_the_pick(target, 
     """The model ranks, the timing decides: the shortlist is timed once per device and profile."""
     from specviz.heads.io import shipped_head_dir
 
-    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    monkeypatch.setenv("SPECVIZ_TUNING_DIR", str(tmp_path / "tuning"))  # not the suite's fixture costs
     profile = {"kind": "dynamic", "max_depth": 2, "n_max": 4, "top_k": 8, "samples": 100, "date": "2026-01-01",
                "prompts": 12, "tau": [[1.0, 1.4, 1.5, 1.6], [1.0, 1.5, 1.9, 2.3]]}
     costs = {"forward": {"1": 0.010, "4": 0.012}, "draft.eagle3": {"1": 0.001, "2": 0.002}, "overhead": 0.001}
@@ -377,6 +377,7 @@ def _engine_tau(target, drafter, prompts, max_new_tokens, horizon):
     return tokens / rounds
 
 
+@pytest.mark.slow
 def test_profile_tau_is_the_tau_a_decode_gets(target):
     """A profile's tau is tokens per round of a decode with that tree (the recorded output walked
     round by round), not the mean over positions: equal to the engine's own tau on the same
@@ -425,8 +426,9 @@ def test_static_profile_and_subset_tree(target):
     assert max(len(t.nodes) for t in out.traces) <= 7
 
 
+@pytest.mark.slow
 def test_costs_are_measured_once_and_cached(target, tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    monkeypatch.setenv("SPECVIZ_TUNING_DIR", str(tmp_path / "tuning"))  # not the suite's fixture costs
     calls = []
     real = tuning.forward_curve
 
@@ -469,6 +471,29 @@ def test_costs_are_measured_once_and_cached(target, tmp_path, monkeypatch):
     n = len(calls)
     c4 = tuning.device_costs(target, "eagle2", profile, build=build)
     assert calls[n] != (1,) and c4["runtime"] == tuning.runtime_id(target.model)
+
+
+def test_the_cost_file_lives_in_the_user_cache_unless_a_folder_is_named(target, tmp_path, monkeypatch):
+    monkeypatch.delenv("SPECVIZ_TUNING_DIR", raising=False)
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    assert tuning.cost_file(target.model).parent == tmp_path / "tuning"
+    monkeypatch.setenv("SPECVIZ_TUNING_DIR", str(tmp_path / "elsewhere"))
+    assert tuning.cost_file(target.model).parent == tmp_path / "elsewhere"
+
+
+def test_the_suites_fixture_costs_are_held_and_never_timed(target, monkeypatch):
+    """The pages under test read the fixture table (tests/_costs.py): a tuned drafter is built from its
+    predicted picks and `methods.tune` returns them without timing a tree or re-timing the table."""
+    import _costs
+
+    f = tuning.cost_file(target.model)
+    assert json.loads(f.read_text())["fixture"] == _costs.FIXTURE.name
+    monkeypatch.setattr(tuning.costs, "forward_curve", lambda *a, **k: pytest.fail("the fixture table was re-timed"))
+    monkeypatch.setattr(tuning.pick, "time_candidates", lambda *a, **k: pytest.fail("a tree was timed"))
+    for m in methods.TUNABLE:
+        best = methods.tune(m, target)
+        assert best is not None and best["sampled"]["temperature"] == 1.0, m
+    assert methods.make_drafter("eagle3", target).shape.depth == methods.tune("eagle3", target)["depth"]
 
 
 def test_shipped_heads_carry_profiles(target):
