@@ -1,6 +1,8 @@
 # The two commands of the README: `make app` and `make test` (all tests: CI's command).
 # `make test-fast`, for contributors: all but the `slow` and `browser` tests (pytest.ini's markers).
-.PHONY: setup app test test-fast bench
+# `make test-avx2`: the numerics tests with the AVX2 kernels on a CPU that also has AVX-512 (tests/test_isa.py).
+# `make screenshots`: refresh assets/screenshots/ (the tests write theirs to out/screenshots/, ignored by git).
+.PHONY: setup app test test-fast test-avx2 screenshots bench
 
 setup:
 	bash scripts/setup.sh
@@ -18,6 +20,16 @@ test: setup
 test-fast: setup
 	bash scripts/compiler.sh
 	.venv/bin/python -m pytest -q -m "not slow and not browser"
+
+test-avx2: setup
+	bash scripts/compiler.sh
+	SPECVIZ_KERNEL_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 .venv/bin/python -m pytest -q \
+	  -m "not slow and not browser" tests/test_kernel.py tests/test_eagle_drafter.py tests/test_lesson.py tests/test_batch.py
+
+screenshots: setup
+	bash scripts/compiler.sh
+	bash scripts/browser.sh
+	SPECVIZ_SHOTS=assets/screenshots SPECVIZ_TEST_COSTS=measured .venv/bin/python -m pytest -q tests/test_browser.py
 
 bench: setup
 	.venv/bin/python -m specviz.bench --methods vanilla,hf --limit 5

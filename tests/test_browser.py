@@ -1,5 +1,6 @@
 """The running app in a real headless Chromium (Selenium): every page opens, a round is clicked
-through, no error element appears; screenshots go to assets/screenshots/ (or $SPECVIZ_SHOTS)."""
+through, no error element appears; screenshots go to out/screenshots/ (ignored by git), or to
+$SPECVIZ_SHOTS: `make screenshots` refreshes the shipped ones in assets/screenshots/."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
-SHOTS = Path(os.environ.get("SPECVIZ_SHOTS", ROOT / "assets" / "screenshots"))
+SHOTS = Path(os.environ.get("SPECVIZ_SHOTS", ROOT / "out" / "screenshots"))
 CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 if not (Path(CHROMIUM).exists() and Path(DRIVER).exists()):
@@ -37,7 +38,7 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(target):  # target: the fixture costs in place before the app reads them
     port = free_port()
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     proc = subprocess.Popen(
@@ -114,11 +115,17 @@ def click_button(drv, label: str):
     btns = [b for b in drv.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] button') if b.text.strip() == label]
     assert btns, f"no button {label!r}"
     drv.execute_script("arguments[0].scrollIntoView({block:'center'});", btns[0])
+    before = _main_text(drv)
     btns[0].click()
-    try:  # a fast run may finish before we look; then there is nothing to wait for
-        WebDriverWait(drv, 5, poll_frequency=0.1).until(lambda d: _state(d) == "running")
+    try:  # the run starts, or a fast one has already changed the page (then there is nothing to wait for)
+        WebDriverWait(drv, 5, poll_frequency=0.1).until(lambda d: _state(d) == "running" or _main_text(d) != before)
     except TimeoutException:
         pass
+
+
+def _main_text(drv) -> str:
+    return drv.execute_script(
+        "const m=document.querySelector('[data-testid=\"stMain\"]'); return m ? m.innerText : '';") or ""
 
 
 def shot(drv, name: str):
