@@ -152,6 +152,7 @@ def test_rule_page(new_app):
     assert errors(at)  # two equal candidates: inline message
 
 
+@pytest.mark.slow
 def test_free_page_measures(new_app):
     at = ok(new_app().run())
     at.switch_page("views/free.py").run()

@@ -19,6 +19,7 @@ def specbench_file(tmp_path):
     return f
 
 
+@pytest.mark.slow
 def test_bench_cli_writes_the_contracted_json(specbench_file, tmp_path, monkeypatch, pinned_costs):
     # a fixed cost table: the tuned tree is then a pure function of the shipped profile
     costs = {"forward": {"1": 0.03, "16": 0.06, "64": 0.15}, "overhead": 0.002,
@@ -95,6 +96,7 @@ def one_prompt(tmp_path):
     return f
 
 
+@pytest.mark.slow
 def test_llamacpp_peers_are_skipped_with_the_install_command_when_missing(one_prompt, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` now fails as if it were not installed
     ok, why = bench.peers_llamacpp.available()
@@ -150,6 +152,7 @@ def test_llamacpp_peers_run_on_the_same_gguf_and_prompt_ids(one_prompt, tmp_path
     assert res["llamacpp-pld"]["llamacpp"]["pld"] == {"max_ngram_size": 3, "num_pred_tokens": 10}
 
 
+@pytest.mark.slow
 def test_bench_batch_writes_by_batch(specbench_file, tmp_path):
     """`--batch`: every method at every B on the same prompts (the 2 prompts repeat to fill B = 4),
     identical to vanilla, with throughput, per-user speed and the batched round's split."""

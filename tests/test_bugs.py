@@ -123,6 +123,7 @@ def oracles(target):
     return target, ids, get
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant,params,method,opts", REAL, ids=[r[0] for r in REAL])
 def test_each_bug_fails_the_statistical_check_on_the_real_model(oracles, variant, params, method, opts):
     target, ids, get = oracles

@@ -161,6 +161,7 @@ def test_app_with_malformed_and_out_of_range_query_params(new_app):
     assert not at.exception, [e.value for e in at.exception]
 
 
+@pytest.mark.slow
 def test_app_decode_with_hostile_prompts_never_sticks(new_app):
     at = new_app(max_new="6")
     at.run()

@@ -65,6 +65,7 @@ def test_truncated_weights_are_refused(tmp_path):
         load_target(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_corrupted_cache_is_rebuilt_not_trusted(tmp_path, monkeypatch, target):
     """Flip bytes in the cached weights: the manifest check notices and converts again."""
     src = loading.default_model_dir()

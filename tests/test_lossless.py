@@ -186,6 +186,7 @@ def real(target):
     return target, ids, oracle
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "setting,method",
     [("t1", "toy-specinfer"), ("t07p09", "toy-sps"), ("k20", "toy-topk")],
@@ -250,6 +251,7 @@ def test_cli_rejects_bad_input(argv, msg, capsys):
     assert msg in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_cli_pass_and_fail(target, capsys):
     assert main(["--samples", "300", "--seed", "3"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
@@ -258,6 +260,7 @@ def test_cli_pass_and_fail(target, capsys):
     assert capsys.readouterr().out.strip().splitlines()[-1] == "FAIL"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method,options", [("eagle3", {}), ("eagle3", {"draw": "sample", "depth": 2, "top_k": 1, "total_tokens": 3}), ("sps", {})])
 def test_shipped_drafters_are_lossless_and_a_broken_rule_is_caught(real, method, options):
     """The real drafters with their shipped weights at T > 0 (issue 15): EAGLE-3's deterministic

@@ -106,6 +106,7 @@ def _copy_default(dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 def test_tampered_or_truncated_checkpoint_is_refused(tmp_path, damage):
     folder = _copy_default(tmp_path / "m")

@@ -64,6 +64,7 @@ def _press_at_once(batcher, decs, gate):
     return results
 
 
+@pytest.mark.slow
 def test_simultaneous_rounds_share_a_pass_and_equal_their_solo_rounds(target):
     solo = _solo(target)
     decs = [_decoder(target, m, temp, k) for k, (m, temp) in enumerate(SETTINGS)]
@@ -87,6 +88,7 @@ def test_a_batch_is_capped_and_the_rest_follow_in_order(target):
     assert batcher.batches == 2 and batcher.rounds == 4  # 2 + 2 shared passes, then the fifth alone (a solo step)
 
 
+@pytest.mark.slow
 def test_a_failing_round_fails_alone(target):
     """A drafter that breaks inside a batch: every sequence is rewound and run alone, so the others
     get their solo rounds and only the broken one sees its error."""
@@ -105,6 +107,7 @@ def test_a_failing_round_fails_alone(target):
             assert _strip(t) == solo[i][0], SETTINGS[i]
 
 
+@pytest.mark.slow
 def test_batching_can_be_switched_off_and_a_finished_decoder_says_so(target, monkeypatch):
     monkeypatch.setenv("SPECVIZ_BATCH", "1")
     assert max_batch_from_env() == 1

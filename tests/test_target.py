@@ -54,6 +54,7 @@ def random_tree(rng: random.Random, n: int, vocab: int) -> DraftTree:
     return DraftTree(tokens=tokens, parents=parents, q=[1.0] * n)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed,n", [(0, 14), (1, 40), (2, 5), (3, 6), (4, 24)])
 def test_every_tree_node_matches_sequential_forward(target, hf_model, prompt, seed, n):
     """Each node's logits under the tree mask equal a plain forward along its root-to-node path."""

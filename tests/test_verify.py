@@ -197,6 +197,7 @@ PARAMS = SamplingParams(temperature=0.8, top_p=0.95)
         (False, False, [2, 1], "greedy-draft"),
     ],
 )
+@pytest.mark.slow
 def test_verify_walk_matches_exact_enumeration(sampled, wo, widths, variant):
     """The sampled walk and the analytic enumeration are two codings of one rule: they agree."""
     model = _toy_model(11, 5, widths, sampled, wo, PARAMS)
@@ -303,6 +304,7 @@ def test_sampled_tree_draws_in_a_draft_vocabulary_as_over_full_rows():
                 assert all(t in ids.tolist() for t in tree.tokens[1:])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["correct", "resample-from-p"])
 def test_sampled_dynamic_tree_rounds_give_the_targets_two_token_distribution(variant):
     """Rounds of (draw a tree from q with build_sampled_tree, verify it) give the first two tokens
@@ -370,6 +372,7 @@ def test_draft_vocabulary_rows_build_the_same_tree_as_full_rows():
     assert v[0].tolist() == pytest.approx([0.7, 0.3, 0.0, 0.0]) and i[0, :2].tolist() == [5, 2]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("planted", [False, True])
 def test_a_copied_chain_in_a_sampled_tree_keeps_the_targets_distribution(planted, monkeypatch):
     """Trees drawn from q with a copied chain grafted on (a fixed guess of the context, q = one-hot):
