@@ -98,6 +98,8 @@ def table(folder: Path = RESULTS) -> str:
             if not isinstance(m, dict):
                 continue
             label = LABELS.get(name, name) + (f", T = {t:g}" if t else "")
+            if "llamacpp" in m:  # a peer built outside SpecViz: which build ran (specviz.peers_llamacpp.build_text)
+                label += f", {(m['llamacpp'] or {}).get('build') or 'build not recorded'}"
             same = m.get("identical_to_vanilla")
             match = m.get("vanilla_match")  # a peer with its own numerics (llama.cpp): how many prompts matched
             ident = ("n/a (sampling)" if t else "yes" if same else

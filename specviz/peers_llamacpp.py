@@ -19,6 +19,7 @@ cache), so its greedy output may leave ours after a near-tie; the benchmark repo
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 
 from .loading import DEFAULT_MODEL, default_gguf_path
@@ -80,7 +81,7 @@ class LlamaCppPeer:
 
         self.describe = {
             "gguf": self.gguf.name,
-            "llama_cpp_python": getattr(llama_cpp, "__version__", "?"),
+            **build_info(llama_cpp),
             "n_threads": threads,
             "n_ctx": self.n_ctx,
             "gpu_layers": 0 if target.model.device.type == "cpu" else "all",
@@ -114,6 +115,32 @@ class LlamaCppPeer:
             gen.close()
         secs = time.perf_counter() - t0
         return toks, secs, first or secs
+
+
+def build_info(llama_cpp) -> dict:
+    """llama-cpp-python's version and llama.cpp's own account of its build (`llama_print_system_info`:
+    the instruction sets it was compiled for), recorded beside its timings. Why: the same CPU runs a
+    native build and a generic one at very different speeds, so a number without its build misleads."""
+    info = llama_cpp.llama_print_system_info()
+    text = (info.decode(errors="replace") if isinstance(info, bytes) else str(info)).strip()
+    out = {"llama_cpp_python": getattr(llama_cpp, "__version__", "?"), "system_info": text, "simd": simd_flags(text)}
+    return dict(out, build=build_text(out))  # the README's table prints "build" as it is
+
+
+def simd_flags(system_info: str) -> list[str]:
+    """The features a system-info string reports as on: 'CPU : AVX = 1 | AVX2 = 1 | AVX512 = 0' ->
+    ['AVX', 'AVX2']."""
+    return [name for name, on in re.findall(r"([A-Za-z][A-Za-z0-9_]*) = (\d+)", system_info) if on != "0"]
+
+
+def build_text(describe: dict | None) -> str:
+    """'llama-cpp-python 0.3.36: AVX, AVX2, FMA' from a peer's recorded settings; 'build not recorded'
+    for runs made before the build was kept."""
+    d = describe or {}
+    if not d.get("system_info"):
+        return "build not recorded"
+    flags = d.get("simd") or simd_flags(d["system_info"])
+    return f"llama-cpp-python {d.get('llama_cpp_python', '?')}: {', '.join(flags) or 'no SIMD'}"
 
 
 @contextlib.contextmanager

@@ -216,3 +216,24 @@ def test_round_anatomy_counts_a_phase_inside_another_once(monkeypatch):
     assert walk() == "logits"
     assert head() == "logits"
     assert dict(clock.spent) == {"lm_head": 3.0 + 2.0, "walk": 10.0 - 3.0}
+
+
+def test_a_llamacpp_build_is_named_by_its_version_and_instruction_sets():
+    """The bench records which llama.cpp build ran (its speed depends on it); the README's table prints
+    `build` as it is (test_docs checks the table against scripts/results_table.py)."""
+    from specviz import peers_llamacpp as P
+
+    info = "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | AVX512 = 0 | LLAMAFILE = 1 | OPENMP = 1 |"
+    assert P.simd_flags(info) == ["SSE3", "SSSE3", "AVX", "AVX2", "F16C", "FMA", "LLAMAFILE", "OPENMP"]
+
+    class Fake:
+        __version__ = "0.3.36"
+
+        @staticmethod
+        def llama_print_system_info():
+            return info.encode()
+
+    rec = P.build_info(Fake)
+    assert rec["llama_cpp_python"] == "0.3.36" and rec["system_info"] == info and "AVX512" not in rec["simd"]
+    assert rec["build"] == "llama-cpp-python 0.3.36: SSE3, SSSE3, AVX, AVX2, F16C, FMA, LLAMAFILE, OPENMP"
+    assert P.build_text({"llama_cpp_python": "0.3.36"}) == "build not recorded"  # runs made before builds were kept
