@@ -6,7 +6,7 @@ import ctypes
 import pytest
 import torch
 
-from specviz import qkernel
+from specviz import agreement, qkernel
 from specviz.blockweights import BlockWeight, _head_orders, _match
 from specviz.machine import cpuinfo_field
 
@@ -65,7 +65,8 @@ def test_matmul_equals_dense(lib, kind, tokens):
     ref = (x.double() @ bw.dequantize().double().T).float()
     got = bw.matmul(x, lib)
     assert got.shape == (1, tokens, 70)
-    assert (got - ref).abs().max().item() < 1e-5 * max(1.0, ref.abs().max().item())
+    # fp32 sums against an exact reference: specviz.agreement's bound for one reduction of k = 96
+    assert (got - ref).abs().max().item() <= agreement.path_tolerance(96) * max(1.0, ref.abs().max().item())
 
 
 def test_a_token_scores_the_same_alone_or_in_a_pass(lib):
@@ -207,7 +208,9 @@ def test_fused_layer_matches_float64_reference(lib, L, hd):
     got = x.clone()
     lib.layer_forward(ctypes.byref(args), got.data_ptr(), T, L, cos.data_ptr(), sin.data_ptr(), mask.data_ptr(),
                       kcache.data_ptr(), vcache.data_ptr(), max_len, work.data_ptr(), 2)
-    assert (got.double() - ref).abs().max().item() < 1e-4 * ref.abs().max().item()
+    # six chained reductions (qkv, scores, values, o, w13, w2; the widest k = n_heads x hd) against float64
+    tol = agreement.path_tolerance(max(H, inter, n_heads * hd), depth=6)
+    assert (got.double() - ref).abs().max().item() <= tol * ref.abs().max().item()
     assert torch.allclose(kcache[:, L : L + T].double(), k_new.transpose(0, 1), atol=1e-4)
     assert torch.allclose(vcache[:, L : L + T].double(), v_new.transpose(0, 1), atol=1e-4)
 
