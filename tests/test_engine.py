@@ -15,7 +15,7 @@ from specviz.target import load_target
 
 N_PROMPTS, N_TOKENS = 32, 128  # the prompts of conftest's vanilla_greedy
 # the bf16 chain drafter's prompts: a CPU without native bf16 (AVX2) emulates it, ~6 s a prompt on a Zen 3
-N_CHAIN_PROMPTS = 20
+N_CHAIN_PROMPTS = 12
 
 
 @pytest.fixture(scope="module")
