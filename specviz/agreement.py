@@ -9,7 +9,7 @@ kernel against torch, a batch against solo passes).
   about 2 lambda sqrt(k) u sum|a_i b_i| (u = 2^-24; Higham & Mary's probabilistic bound, which fails
   with probability below 2 exp(-lambda^2 / 2), 5e-11 for lambda = 7). A value made by `depth`
   chained reductions carries that once per reduction (first order: amplification ignored).
-  Tolerances are relative to the largest magnitude compared (`max_norm_close`), or per value with a
+  Tolerances are relative to the largest magnitude compared (`max_norm_error`), or per value with a
   small absolute floor (`LessonTrace`-style walks: `value_close`).
 
 Why one module: AVX2 and AVX-512 builds, MKL's Intel and AMD kernels and our block kernel all sum in
@@ -67,11 +67,3 @@ def max_norm_error(got, ref) -> float:
     got, ref = torch.as_tensor(got).double(), torch.as_tensor(ref).double()
     return float((got - ref).abs().max()) / max(float(ref.abs().max()), 1e-30)
 
-
-def max_norm_close(got, ref, tol: float) -> bool:
-    """`got` matches `ref` to `tol` relative to ref's largest magnitude (0: exactly)."""
-    import torch
-
-    if tol <= 0:
-        return bool(torch.equal(torch.as_tensor(got), torch.as_tensor(ref)))
-    return max_norm_error(got, ref) <= tol

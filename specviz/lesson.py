@@ -242,6 +242,12 @@ class ReplayCheck:
     def agrees(self) -> bool:
         return not self.differences
 
+    def verdict(self) -> str:
+        """One line for the command line: identical, agrees to a tolerance, or where it differs."""
+        if self.exact:
+            return "identical"
+        return f"agrees to {self.tolerance:.1e}" if self.agrees else "DIFFERS: " + "; ".join(self.differences)
+
 
 def compare_replay(recorded: list[RoundTrace], live: list[RoundTrace], recorded_numerics: str | None, cfg) -> ReplayCheck:
     """Recorded rounds against live ones: exact where this machine computes with the recording's
@@ -351,8 +357,7 @@ def main(argv=None) -> int:
     for k in keys:
         rec = load_round(k, out)
         _, check = check_replay(target, rec)
-        said = "identical" if check.exact else f"agrees to {check.tolerance:.1e}" if check.agrees else "DIFFERS: " + "; ".join(check.differences)
-        print(f"{k}: {said}")
+        print(f"{k}: {check.verdict()}")
         bad += not check.agrees
     return 1 if bad else 0
 

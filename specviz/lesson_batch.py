@@ -128,8 +128,7 @@ def main(argv=None) -> int:
         print(f"no recording at {path(Path(a.out))}")
         return 1
     _, check = check_replay(target, rec)
-    said = "identical" if check.exact else f"agrees to {check.tolerance:.1e}" if check.agrees else "DIFFERS: " + "; ".join(check.differences)
-    print(f"{KEY}: {said}")
+    print(f"{KEY}: {check.verdict()}")
     return 0 if check.agrees else 1
 
 

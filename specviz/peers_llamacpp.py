@@ -139,8 +139,7 @@ def build_text(describe: dict | None) -> str:
     d = describe or {}
     if not d.get("system_info"):
         return "build not recorded"
-    flags = d.get("simd") or simd_flags(d["system_info"])
-    return f"llama-cpp-python {d.get('llama_cpp_python', '?')}: {', '.join(flags) or 'no SIMD'}"
+    return f"llama-cpp-python {d.get('llama_cpp_python', '?')}: {', '.join(simd_flags(d['system_info'])) or 'no SIMD'}"
 
 
 @contextlib.contextmanager
