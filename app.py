@@ -22,6 +22,7 @@ pages = [
     st.Page("views/free.py", title=tr("nav.free"), icon=":material/bolt:", url_path="free"),
     st.Page("views/serving.py", title=tr("nav.batch"), icon=":material/groups:", url_path="batch"),
     st.Page("views/rule.py", title=tr("nav.rule"), icon=":material/casino:", url_path="rule"),
+    st.Page("views/mistakes.py", title=tr("nav.mistakes"), icon=":material/bug_report:", url_path="mistakes"),
 ]
 st.session_state["_in_app_run"] = True
 try:

@@ -207,8 +207,8 @@ class SpeculativeDecoder:
         best = target_rows.argmax if self.params.greedy else None
         if n == 1:  # vanilla: nothing to verify, just draw the next token from p
             res = _vanilla_result(tree, p[0], self.params, self.generator, best)
-        else:  # the acceptance walk (specviz.verify): min(1, p/q), residual norm(max(p - q, 0)), bonus from p
-            res = verify(tree, p, self.params, self.generator, p_raw=p_raw, policy=self.policy, best=best)
+        else:
+            res = self.walk(tree, p, p_raw, best)
 
         # 3. commit: the target keeps the root and the accepted path in its cache; so does the drafter
         keep = [0] + list(res.accepted)
@@ -240,6 +240,11 @@ class SpeculativeDecoder:
             trace.render_texts(self.tok.token_text)
         self.traces.append(trace)
         return trace
+
+    def walk(self, tree: DraftTree, p, p_raw, best) -> VerifyResult:
+        """The acceptance walk (specviz.verify): min(1, p/q), residual norm(max(p - q, 0)), the bonus
+        from p after a full path. specviz.mistakes overrides it for a decoder that drops the bonus."""
+        return verify(tree, p, self.params, self.generator, p_raw=p_raw, policy=self.policy, best=best)
 
     def _likely_rows(self, tree: DraftTree) -> list[int]:
         """Rows the walk will probably need after the root's, computed in the root's LM-head call.

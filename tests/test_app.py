@@ -567,3 +567,45 @@ def test_whatif_names_only_the_methods_whose_drafting_is_unmeasured(new_app, mon
     assert any("for: Medusa" in i for i in infos), infos
     assert not any("costs are not measured yet" in i for i in infos)
     assert at.get("plotly_chart")  # the measured methods' curves are drawn
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_spot_the_mistake_page_wrong_guess_right_guess_and_a_run(new_app, language):
+    from specviz.i18n import t
+
+    at = ok(new_app().run())
+    if language == "zh":
+        side(at, "selectbox", "lang", "zh")
+    at.switch_page("views/mistakes.py").run()
+    ok(at)
+    assert at.title[0].value == t("mis.title", language)
+    assert at.button(key="mis_submit").disabled  # no class picked yet: nothing runs
+    at.number_input(key="mis_tokens").set_value(8).run()
+    # a wrong guess: "padding without its mask" filed under "only slower", then run
+    at.selectbox(key="mis_case").set_value("padding-no-mask").run()
+    at.radio(key="mis_guess_padding-no-mask").set_value("slower").run()
+    at.button(key="mis_submit").click().run()
+    ok(at)
+    assert at.warning and t("mis.class.breaks", language) in at.warning[0].value
+    rows = at.table[0].value
+    assert len(rows) >= 6
+    result = at.session_state["mis_results"]["padding-no-mask"]
+    assert result.identical_correct and not result.identical_mistaken
+    assert any(t("mis.class.breaks", language) in m.value for m in at.markdown)  # the evidence's verdict
+    # a right guess on a misreporting case
+    at.selectbox(key="mis_case").set_value("correction-counted").run()
+    at.radio(key="mis_guess_correction-counted").set_value("misreports").run()
+    at.button(key="mis_submit").click().run()
+    ok(at)
+    assert at.success and t("mis.class.misreports", language) in at.success[0].value
+    r = at.session_state["mis_results"]["correction-counted"]
+    assert r.printed.printed > r.printed.true and r.mistaken.tokens == r.correct.tokens
+    assert any(t("mis.tally", language, right=1, n=2) == m.value for m in at.markdown)
+    # an empty prompt: an inline error, the tally kept
+    at.selectbox(key="mis_case").set_value("no-bonus").run()
+    at.text_input(key="mis_prompt").set_value("   ").run()
+    at.radio(key="mis_guess_no-bonus").set_value("slower").run()
+    at.button(key="mis_submit").click().run()
+    ok(at)
+    assert at.error and "no-bonus" not in at.session_state["mis_results"]
+    assert len(at.session_state["mis_answers"]) == 3

@@ -336,3 +336,24 @@ def test_lesson(server, browser):
     small_png("lesson_03_clicked")
     open_page(browser, f"{server}/lesson?lang=zh")
     lesson_steps(browser, "zh", "下一步")
+
+
+def test_spot_the_mistake(server, browser):
+    """A case opened by a deep link: the student files it under a class, runs it, and sees the verdict and
+    the evidence table; then the page in Chinese."""
+    open_page(browser, f"{server}/mistakes?case=stale-feature")
+    radios = [r for r in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stRadio"] label') if r.text.strip() == "only slower"]
+    assert radios, "no class to pick"
+    radios[0].click()
+    idle(browser)
+    click_button(browser, "Lock in my answer and run it")
+    idle(browser, timeout=400)
+    no_errors(browser)
+    ok = [e.text for e in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stAlertContentSuccess"]')]
+    assert any(s.startswith("Right: only slower") for s in ok), ok
+    text = browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"]').text
+    assert "The evidence shows: only slower" in text and "tau (tokens per target pass)" in text, text[:2000]
+    shot(browser, "mistakes")
+    open_page(browser, f"{server}/mistakes?lang=zh&case=uncached-baseline")
+    assert "找错误" in browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"] h1').text
+    shot(browser, "mistakes_zh")

@@ -35,6 +35,7 @@ from .shape import TreeShape, sampled_shape_of
 class EagleDrafter(Drafter):
     sampled = False
     q_is_probability = True
+    in_kernel = True  # draft a level (or the whole tree) in one kernel call where the kernel serves the round
 
     def __init__(self, head, model, name="eagle2", tree="dynamic", depth=5, top_k=8, total_tokens=32,
                  static_tree=None, min_prob=0.0, window=None, draw="top", draft_vocab=None, lookup=0, stop_ids=()):
@@ -188,7 +189,7 @@ class EagleDrafter(Drafter):
             return DraftTree(tokens=[int(root)], parents=[-1], q=[1.0])
         L = self.base + self.cache.length
         kernel = self.head.draft_kernel_for(self.draft_vocab)
-        if kernel is not None and kernel.serves(params) and kernel.usable(n - L, self.cache):
+        if self.in_kernel and kernel is not None and kernel.serves(params) and kernel.usable(n - L, self.cache):
             return self._propose_in_kernel(kernel, root, params, generator)
         # 1. commit the entries built from real features: (feats[j], token j+1) for j in [L, n)
         root_out = self._commit_entries(self.tokens[L + 1 :] + [int(root)])[0, -1]
@@ -213,7 +214,7 @@ class EagleDrafter(Drafter):
                     row[off + r] = True
                     rows.append(row)
                 block = torch.tensor(rows, dtype=torch.bool)
-                hid = torch.stack([outs[tree.parents[i]] for i in need])[None]
+                hid = torch.stack([self.step_feature(outs, tree.parents[i]) for i in need])[None]
                 tk = torch.tensor([[tree.tokens[i] for i in need]], device=self.device)
                 ps = torch.tensor([[n - 1 + depths[i] for i in need]], device=self.device)
                 o = self.head.forward_cached(tk, hid, ps, self.cache, block=block, first=False, offset=off)
@@ -224,6 +225,11 @@ class EagleDrafter(Drafter):
             return self._dist(torch.stack([outs[i] for i in nodes]), params)
 
         return self._grow(root, expand, params, generator)
+
+    def step_feature(self, outs: dict, parent: int) -> torch.Tensor:
+        """The feature a draft step reads beside its token: the head's own output at the parent node
+        (at the root: the output of the target's last real feature). specviz.mistakes overrides it."""
+        return outs[parent]
 
     def _grow(self, root, expand, params, generator) -> DraftTree:
         """The tree of this round's shape, grown level by level with `expand` (tree, nodes) -> dists."""
