@@ -23,20 +23,29 @@ def cpuinfo_field(key: str, cpuinfo: str | None = None) -> str:
         except OSError:
             return ""
     for line in cpuinfo.splitlines():
-        if line.startswith(key):
-            return line.split(":", 1)[1].strip()
+        name, sep, value = line.partition(":")
+        if sep and name.strip() == key:  # the whole name: "model" is not "model name"
+            return value.strip()
     return ""
 
 
 def machine() -> dict:
     return {
         "cpu": cpuinfo_field("model name") or platform.processor(),
+        "cpu_id": cpu_id(),
         "threads": torch.get_num_threads(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "numerics": numerics(),
     }
+
+
+def cpu_id(cpuinfo: str | None = None) -> str:
+    """'family 25 model 1 stepping 1' (x86 /proc/cpuinfo; '' elsewhere). Why: a VM often names its CPU
+    only "AMD EPYC", and two EPYC generations rank the same peers differently (docs/runtime.md)."""
+    parts = [(k, cpuinfo_field(k, cpuinfo)) for k in ("cpu family", "model", "stepping")]
+    return " ".join(f"{k.split()[-1]} {v}" for k, v in parts if v)
 
 
 def numerics() -> str:

@@ -51,3 +51,11 @@ def test_the_avx2_override_computes_as_an_avx2_cpu_and_passes_the_numerics_tests
     out = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **AVX2_ENV}, capture_output=True, text=True, timeout=1800)
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
     assert " passed" in out.stdout.strip().splitlines()[-1], out.stdout[-2000:]
+
+
+def test_the_cpu_id_names_the_generation_and_model_is_not_model_name():
+    text = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nstepping\t: 1\n"
+    assert machine.cpu_id(text) == "family 25 model 1 stepping 1"
+    assert machine.cpuinfo_field("model name", text) == "AMD EPYC"
+    assert machine.cpu_id("model name\t: AMD EPYC\n") == ""  # a model name alone says nothing of the generation
+    assert "cpu_id" in machine.machine()
