@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 U = 2.0 ** -24  # fp32 unit roundoff
 LAMBDA = 7.0  # the probabilistic bound's confidence factor (see above)
 
@@ -62,8 +64,6 @@ def value_close(a: float, b: float, tol: float) -> bool:
 
 def max_norm_error(got, ref) -> float:
     """max|got - ref| / max(max|ref|, 1e-30), computed in float64 (tensors or arrays)."""
-    import torch
-
     got, ref = torch.as_tensor(got).double(), torch.as_tensor(ref).double()
     return float((got - ref).abs().max()) / max(float(ref.abs().max()), 1e-30)
 

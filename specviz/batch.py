@@ -25,6 +25,7 @@ from .batch_pass import PassPart, forward_batch
 from .engine import GenerationResult, SpeculativeDecoder
 from .sampling import SamplingParams
 from .trace import RoundTrace
+from .verify import CORRECT, Policy
 
 
 @dataclass
@@ -45,16 +46,12 @@ class BatchRound:
     plans: list = field(default_factory=list, repr=False)  # each sequence's RoundPlan (its tree) ...
     target_rows: list = field(default_factory=list, repr=False)  # ... and its TargetRows (the exact check)
 
-    @property
-    def total_s(self) -> float:
-        return self.draft_s + self.pass_s + self.head_s + self.walk_s
-
 
 class BatchDecoder:
     """B `SpeculativeDecoder`s over one target, stepped together.
 
-    Each decoder keeps everything per-sequence (cache, drafter, RNG, sampling settings, bug-zoo
-    variant); the batch owns only the shared pass. Build it from decoders (`BatchDecoder(decs)`),
+    Each decoder keeps everything per-sequence (cache, drafter, RNG, sampling settings, acceptance
+    rule); the batch owns only the shared pass. Build it from decoders (`BatchDecoder(decs)`),
     or from a drafter factory with `BatchDecoder.of(target, make, n)`.
     """
 
@@ -70,12 +67,12 @@ class BatchDecoder:
 
     @classmethod
     def of(cls, target, make_drafter, n: int, params: SamplingParams = SamplingParams(), seeds=None,
-           detail: bool = False, variant: str = "correct") -> "BatchDecoder":
+           detail: bool = False, policy: Policy = CORRECT) -> "BatchDecoder":
         """n decoders, each with a fresh drafter from `make_drafter()` (drafters keep per-sequence state)."""
         seeds = list(range(n)) if seeds is None else list(seeds)
         if len(seeds) != n:
             raise SpecVizError(f"{n} sequences need {n} seeds, got {len(seeds)}.")
-        return cls([SpeculativeDecoder(target, make_drafter(), params, seed=s, detail=detail, variant=variant)
+        return cls([SpeculativeDecoder(target, make_drafter(), params, seed=s, detail=detail, policy=policy)
                     for s in seeds])
 
     def __len__(self) -> int:
@@ -162,11 +159,3 @@ class BatchDecoder:
                 traces=list(d.traces), rounds=len(d.traces), seconds=ended.get(i, 0.0),
                 prefill_seconds=d.prefill_seconds))
         return results
-
-
-def batch_generate(target, make_drafter, prompts: list, max_new_tokens: int = 128,
-                   params: SamplingParams = SamplingParams(), seeds=None, chat: bool = True) -> list[GenerationResult]:
-    """Decode `prompts` as one batch (one sequence each) with drafters from `make_drafter()`."""
-    batch = BatchDecoder.of(target, make_drafter, len(prompts), params, seeds)
-    return batch.generate(prompts, max_new_tokens, chat)
-

@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Callable
 
-from .bench import describe_tree
+from .drafters.base import describe_tree
 from .bench_batch import measure as measure_batches
 from .machine import machine
 from .sampling import SamplingParams

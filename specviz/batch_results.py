@@ -71,7 +71,7 @@ def report_caption(report: dict, lang: str = "en") -> str:
 
 
 def tree_words(tree: dict | None, lang: str = "en") -> str:
-    """A report's tree description (specviz.bench.describe_tree) in words."""
+    """A report's tree description (specviz.drafters.base.describe_tree) in words."""
     if not tree:
         return t("batch.tree_none", lang)
     if tree.get("kind") == "static":

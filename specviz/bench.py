@@ -27,8 +27,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from . import SpecVizError, peers_llamacpp
+from . import SpecVizError, bench_batch, peers_llamacpp
 from .drafters import sps
+from .drafters.base import describe_tree  # noqa: F401  (the benchmark's files record it; tests read it here)
 from .engine import SpeculativeDecoder
 from .examples import EXAMPLE_PROMPTS
 from .machine import forward_curve, machine, weight_floor
@@ -163,24 +164,6 @@ class Runner:
         secs = time.perf_counter() - t0
         toks = out[0, ids.shape[1] :].tolist()
         return toks, secs, None, [], [], []
-
-
-def describe_tree(drafter, params: SamplingParams = SamplingParams()) -> dict | None:
-    """The tree a drafter uses at `params`, and why: device-tuned (with the tuner's timing on built-in
-    prompts, greedy or at T = 1, and the model's predictions) or fixed."""
-    shape = drafter.shape
-    if shape is None:
-        return None
-    # how it drafts besides its tree: a cut vocabulary, a lookup branch (drafters.base), if any
-    vocab = {k: v for k, v in drafter.describe(params).items() if k in ("draft_vocab", "lookup")}
-    t = drafter.tuning
-    if t:
-        t = t.get("sampled", t) if not params.greedy else t
-        keep = ("kind", "depth", "total_tokens", "min_prob", "tau", "tok_s", "vanilla_tok_s", "speedup", "model_tau",
-                "model_tok_s", "temperature")
-        return {"source": "device-tuned", **{k: t[k] for k in keep if k in t}, "draw": shape.draw, **vocab}
-    out = {k: v for k, v in shape.describe().items() if k != "top_k"}
-    return {"source": "fixed", **out, **vocab}
 
 
 def load_hf(target, dtype, need_assistant: bool):
@@ -336,7 +319,6 @@ def run(args) -> dict:
 
 def run_batched(args) -> dict:
     """`--batch B1,B2,...`: batched rounds of our engine methods (specviz.bench_batch)."""
-    from . import bench_batch
 
     bench_batch.parse_batches(args.batch)
     for spec in args.methods.split(","):  # before loading anything

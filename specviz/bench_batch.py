@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from . import SpecVizError
 from .batch import BatchDecoder
-from .bench import describe_tree
+from .drafters.base import describe_tree
 from .methods import ENGINE_METHODS, get, make_drafter, tune
 from .sampling import SamplingParams
 

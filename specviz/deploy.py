@@ -78,7 +78,7 @@ def replica_settings(replicas: int, cuda: bool | None = None) -> tuple[int, int]
     of the machine. $SPECVIZ_WORKERS and $SPECVIZ_TORCH_THREADS win when set; else the workers one
     server would run are shared out (at least one each: on 2 cores, two replicas of one worker),
     and so are the cores (max(1, (cores - 1) // (replicas x workers)) threads)."""
-    from .concurrency import default_workers, server_threads
+    from .concurrency import default_workers, server_threads  # imports torch and streamlit: only sizing needs them
 
     replicas = max(1, replicas)
     if os.environ.get("SPECVIZ_WORKERS", "").strip():

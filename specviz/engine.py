@@ -8,20 +8,18 @@ generated token comes out of a speculative round (vanilla is the tree with only 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
 from . import SpecVizError
-from .bugs import get_policy
 from .drafters.base import Drafter, NoDraft
 from .sampling import SamplingParams, sample
 from .target_rows import TargetRows
-from .trace import NodeTrace, RoundTrace
+from .trace import RoundTrace, record_round
 from .tree import DraftTree
-from .verify import VerifyResult, rule_name, verify
+from .verify import CORRECT, Policy, VerifyResult, rule_name, verify
 
-TOP_N = 8  # entries kept in each top list of a trace
 PREFETCH_ROWS = 3  # target rows at most in a round's first LM-head call (root + likely path)
 PREFETCH_MIN_PROB = 0.25  # ... for path nodes the drafter reaches with at least this probability
 
@@ -73,15 +71,16 @@ class SpeculativeDecoder:
         params: SamplingParams = SamplingParams(),
         seed: int = 0,
         max_len: int | None = None,
-        variant: str = "correct",
+        policy: Policy = CORRECT,
         detail: bool = True,
     ):
         self.target, self.model, self.tok = target, target.model, target.tokenizer
         if drafter is not None and not isinstance(drafter, Drafter):  # what a drafter can do is declared there
             raise TypeError(f"drafter must be a specviz.drafters.base.Drafter, got {type(drafter).__name__}")
         self.drafter = drafter or NoDraft()
-        self.params, self.seed, self.variant, self.detail = params, int(seed), variant, detail
-        self.policy = get_policy(variant)  # the acceptance rule: correct, or a bug of the zoo
+        if not isinstance(policy, Policy):  # a bug of the zoo is passed as specviz.bugs.get_policy(name)
+            raise TypeError(f"policy must be a specviz.verify.Policy, got {type(policy).__name__}")
+        self.params, self.seed, self.policy, self.detail = params, int(seed), policy, detail
         self.max_len = min(max_len or 4096, self.model.cfg.max_position)
         self.eos = target.eos_ids
         self.cache = None
@@ -233,9 +232,10 @@ class SpeculativeDecoder:
         if len(self.generated) >= self.max_new_tokens:
             self.done = True
         t_pass = plan.t_draft if pass_start is None else pass_start
-        trace = self._trace(tree, res, committed, L=L, target_rows=target_rows,
-                            times=(plan.t_start, plan.t_draft, t_pass, t_verify),
-                            rng_state=plan.rng_state, positions=plan.positions, rows=plan.rows)
+        trace = record_round(tree, res, committed, round_index=len(self.traces), method=self.drafter.name,
+                             sampling=self.params, L=L, target_rows=target_rows, detail=self.detail,
+                             times=(plan.t_start, plan.t_draft, t_pass, t_verify), finished=self.done,
+                             rng_state=plan.rng_state, positions=plan.positions, rows=plan.rows)
         if self.detail:  # a detailed round is for people: its tokens as text (trace.render_texts)
             trace.render_texts(self.tok.token_text)
         self.traces.append(trace)
@@ -270,7 +270,7 @@ class SpeculativeDecoder:
             hidden = out.hidden[0]
             logits_of = lambda rows: self.model.logits(hidden[rows])  # noqa: E731
             device = hidden.device
-        want_raw = self.variant != "correct" or (self.detail and self.params.greedy)
+        want_raw = self.policy is not CORRECT or (self.detail and self.params.greedy)
         # drawn drafts keep their q rows on the CPU: verify there
         return TargetRows(logits_of, len(tree), self.model.cfg.vocab_size, self.params, raw=want_raw,
                           device="cpu" if tree.sampled else device)
@@ -291,104 +291,6 @@ class SpeculativeDecoder:
             rounds=len(self.traces),
             seconds=time.perf_counter() - t0,
             prefill_seconds=self.prefill_seconds,
-        )
-
-    # ------------------------------------------------------------------ tracing
-    def _top(self, dist: torch.Tensor | None) -> list:
-        if dist is None or not self.detail:
-            return []
-        return self._tops(dist[None])[0]
-
-    def _tops(self, dists: torch.Tensor) -> list[list]:
-        """`_top` of every row of a [N, V] matrix with one topk (one call per node cost ~4% of a
-        classroom server's CPU); each row's entries equal a one-row call's."""
-        v, i = torch.topk(dists.float(), min(TOP_N, dists.shape[-1]), dim=-1)
-        return [[[t, "", x] for t, x in zip(ti, vi) if x > 0] for ti, vi in zip(i.tolist(), v.tolist())]
-
-    def _trace(self, tree: DraftTree, res, committed, *, L: int, target_rows: TargetRows, times: tuple, rng_state,
-               positions, rows) -> RoundTrace:
-        """The round as a plain record: token ids and probabilities (texts empty: `step` renders them
-        for a detailed round). `times`: (start, drafted, pass started, verified) perf-counter readings."""
-        t_start, t_draft, t_pass, t_verify = times
-        accepted = set(res.accepted)
-        tried = {s.node for s in res.steps}
-        depths, ranks, parents, tokens = tree.depths, tree.ranks, tree.parents, tree.tokens
-        n = len(tree)
-        # p of every drafted token under its parent's row (a detailed trace computed every inner
-        # row; a plain one has p only where the walk went)
-        computed = target_rows.computed()
-        known = set(computed)
-        kids = [i for i in range(1, n) if parents[i] in known]
-        p_tok = [None] * n
-        for i, v in zip(kids, target_rows.gather([parents[i] for i in kids], [tokens[i] for i in kids])):
-            p_tok[i] = v
-        greedy_raw = self.params.greedy and target_rows.raw is not None
-        # the target's top next tokens after each node whose row was computed (not after leaves
-        # the walk never reached: nothing of this round depends on them)
-        done = computed if self.detail else []
-        p_tops = [[]] * n
-        raw_tops = [[]] * n
-        if done:
-            for i, top in zip(done, self._tops(target_rows.matrix(done))):
-                p_tops[i] = top
-            if greedy_raw:
-                for i, top in zip(done, self._tops(target_rows.matrix(done, "raw"))):
-                    raw_tops[i] = top
-        q_tops = {}
-        if self.detail and tree.dists:
-            q_ids = sorted(tree.dists)
-            shapes = {tuple(tree.dists[i].shape) for i in q_ids}
-            if len(shapes) == 1:
-                q_tops = dict(zip(q_ids, self._tops(torch.stack([tree.dists[i] for i in q_ids]))))
-            else:
-                q_tops = {i: self._top(tree.dists[i]) for i in q_ids}
-        nodes = []
-        for i in range(len(tree)):
-            status = "root" if i == 0 else "accepted" if i in accepted else "rejected" if i in tried else "untried"
-            nodes.append(
-                NodeTrace(
-                    id=i,
-                    parent=parents[i],
-                    depth=depths[i],
-                    token=tokens[i],
-                    text="",
-                    q=None if i == 0 else float(tree.q[i]),
-                    p=p_tok[i],
-                    score=float(tree.scores[i]),
-                    rank=ranks[i],
-                    position=L + depths[i],
-                    status=status,
-                    next_q_top=q_tops.get(i, []),
-                    next_p_top=p_tops[i],
-                    next_p_raw_top=raw_tops[i],
-                    copied=i in tree.copied,
-                )
-            )
-        steps = [replace(s, text="", residual_top=self._top(res.residuals.get(s.node))) for s in res.steps]
-        mask = [[int(b) for b in row] for row in rows] if self.detail else []
-        source = res.extra_source
-        return RoundTrace(
-            round_index=len(self.traces),
-            method=self.drafter.name,
-            rule=res.rule,
-            sampling=self.params.as_dict(),
-            prefix_len=L,
-            nodes=nodes,
-            tree_mask=mask,
-            position_ids=list(positions),
-            steps=steps,
-            accepted_nodes=list(res.accepted),
-            extra_token=int(res.extra_token),
-            extra_text="",
-            extra_source=source,
-            extra_top=self._top(res.extra_dist),
-            committed=list(committed),
-            committed_text=[""] * len(committed),
-            draft_time_s=t_draft - t_start,
-            verify_time_s=t_verify - t_pass,
-            total_time_s=(t_draft - t_start) + (time.perf_counter() - t_pass),
-            finished=self.done,
-            rng_state_before=rng_state.tolist() if self.detail else None,
         )
 
 

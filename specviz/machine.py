@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from . import qkernel
+
 
 
 def cpuinfo_field(key: str, cpuinfo: str | None = None) -> str:
@@ -54,8 +56,6 @@ def numerics() -> str:
     kernels by vendor: `mkl_blas_def_sgemm_kernel_0_zen` on an AMD EPYC; EAGLE-3 lessons recorded on
     an Intel Xeon with the same capability replayed there with q off by ~3e-7) and the block kernel's
     vector width. Two machines with the same string compute the same bits; others agree to ~1e-5."""
-    from . import qkernel
-
     cap = torch.backends.cpu.get_cpu_capability()
     lib = qkernel.loaded()
     width = getattr(lib, "blockmm_simd", None) if lib is not None else None

@@ -45,7 +45,7 @@ def unsupported(target) -> str:
     if target.model.name != DEFAULT_MODEL:
         return f"the llama.cpp peers run the default model's GGUF only, not {target.model.name}"
     if target.model.device.type != "cpu":
-        import llama_cpp
+        import llama_cpp  # optional: only these peers need it
 
         if not llama_cpp.llama_supports_gpu_offload():
             return f"our runtime is on {target.model.device.type} but this llama-cpp-python build is CPU-only"
@@ -56,8 +56,8 @@ class LlamaCppPeer:
     """One llama.cpp context on the default GGUF: `run(prompt_ids, max_new)` -> (new ids, seconds, first_token_s)."""
 
     def __init__(self, method: str, target, params, threads: int, n_ctx: int, seed: int = 0):
-        from llama_cpp import Llama
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+        from llama_cpp import Llama  # optional: only these peers need it
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # optional, as above
 
         assert method in METHODS, method
         self.method, self.params, self.seed = method, params, seed
@@ -77,7 +77,7 @@ class LlamaCppPeer:
                 verbose=False,
             )
         self.n_ctx = self.llm.n_ctx()
-        import llama_cpp
+        import llama_cpp  # optional: only these peers need it
 
         self.describe = {
             "gguf": self.gguf.name,
@@ -152,7 +152,7 @@ def _no_extra_buffers():
     elsewhere this leaves the model's layers as they were. llama-cpp-python's `Llama` does not expose
     the setting (`llama_model_params.use_extra_bufts`), so the defaults it starts from are amended
     while it loads."""
-    import llama_cpp.llama_cpp as low
+    import llama_cpp.llama_cpp as low  # optional: only these peers need it
 
     base = low.llama_model_default_params
     known = any(name == "use_extra_bufts" for name, *_ in getattr(base(), "_fields_", ()))

@@ -17,7 +17,7 @@ from specviz import SpecVizError, methods
 from specviz import target as target_module
 from specviz.batch import BatchDecoder
 from specviz.batch_pass import PassPart, forward_batch, fused
-from specviz.bugs import DEFAULT_BROKEN
+from specviz.bugs import DEFAULT_BROKEN, get_policy
 from specviz.engine import SpeculativeDecoder
 from specviz.examples import EXAMPLE_PROMPTS
 from specviz.lossless.exact import exact_round_diff
@@ -185,7 +185,7 @@ def test_a_sampled_batched_round_has_each_sequences_exact_distribution(target, p
     reproduces each target distribution to rounding, the bug zoo's broken rule does not."""
     params = SamplingParams(temperature=1.0)
     names = ["eagle3", "eagle1", "medusa", "pld"]
-    batch = BatchDecoder([SpeculativeDecoder(target, _drafter(m, target), params, seed=7 + k, variant=variant)
+    batch = BatchDecoder([SpeculativeDecoder(target, _drafter(m, target), params, seed=7 + k, policy=get_policy(variant))
                           for k, m in enumerate(names)])
     batch.start(prompts[:4], 16)
     diffs = []

@@ -8,6 +8,7 @@ from specviz import SpecVizError, bugs, lossless
 from specviz.app.gate import heavy_work
 from specviz.app.methods import make_drafter, method_label, method_status
 from specviz.methods import TOY_METHODS
+from specviz.sampling import SamplingParams
 from specviz.app.model import get_target
 from specviz.app.prompts import prompt_ids
 from specviz.app.session import run_generation
@@ -74,8 +75,6 @@ st.caption(tr("c.stop_hint"))
 
 
 def _params():
-    from specviz.sampling import SamplingParams
-
     return SamplingParams(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
 
 

@@ -55,7 +55,6 @@ def cut_vocabulary(draft_vocab, vocab_size: int) -> int | None:
 class Drafter:
     name = "base"
     taps: tuple = ()  # target taps needed: layer indices (their inputs) and/or "final"
-    sampled = False  # True when the drafter *draws* tokens from q (stochastic drafts)
     # q is the drafter's probability of each token (a head or a draft model), not a placeholder
     # 1.0 (prompt lookup): the engine then computes the target's rows on the likeliest path at once
     q_is_probability = False
@@ -117,3 +116,21 @@ class NoDraft(Drafter):
 
     def propose(self, context, root, params, generator):
         return DraftTree(tokens=[int(root)], parents=[-1], q=[1.0])
+
+
+def describe_tree(drafter, params: SamplingParams = SamplingParams()) -> dict | None:
+    """The tree a drafter uses at `params`, and why: device-tuned (with the tuner's timing on built-in
+    prompts, greedy or at T = 1, and the model's predictions) or fixed."""
+    shape = drafter.shape
+    if shape is None:
+        return None
+    # how it drafts besides its tree: a cut vocabulary, a lookup branch (drafters.base), if any
+    vocab = {k: v for k, v in drafter.describe(params).items() if k in ("draft_vocab", "lookup")}
+    t = drafter.tuning
+    if t:
+        t = t.get("sampled", t) if not params.greedy else t
+        keep = ("kind", "depth", "total_tokens", "min_prob", "tau", "tok_s", "vanilla_tok_s", "speedup", "model_tau",
+                "model_tok_s", "temperature")
+        return {"source": "device-tuned", **{k: t[k] for k in keep if k in t}, "draw": shape.draw, **vocab}
+    out = {k: v for k, v in shape.describe().items() if k != "top_k"}
+    return {"source": "fixed", **out, **vocab}

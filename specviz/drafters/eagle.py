@@ -33,7 +33,6 @@ from .shape import TreeShape, sampled_shape_of
 
 
 class EagleDrafter(Drafter):
-    sampled = False
     q_is_probability = True
     in_kernel = True  # draft a level (or the whole tree) in one kernel call where the kernel serves the round
 

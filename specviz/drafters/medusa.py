@@ -29,7 +29,6 @@ def default_medusa_tree(n_heads: int) -> list[list[int]]:
 class MedusaDrafter(Drafter):
     name = "medusa"
     taps = ("final",)
-    sampled = False
     q_is_probability = True
 
     def __init__(self, heads, model, tree=None, draft_vocab=None, lookup=0, stop_ids=()):

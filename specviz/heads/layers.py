@@ -9,13 +9,14 @@ drafting (the head's own KV cache plus a tree mask).
 from __future__ import annotations
 
 import ctypes
+from types import SimpleNamespace
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import qkernel
-from ..blockweights import MAX_BLOCK_ROWS, BlockWeight, quantize_q8_0
+from ..blockweights import MAX_BLOCK_ROWS, BlockWeight, LayerBlocks, quantize_q8_0
 from ..ops import keep_entries, rms_norm, rope_cos_sin, rotate_half
 
 
@@ -63,10 +64,6 @@ class KernelLayer:
     """
 
     def __init__(self, attn: "Attention", mlp: "MLP", mlp_norm: "RMSNorm", cfg, lib):
-        from types import SimpleNamespace
-
-        from ..blockweights import LayerBlocks
-
         self.lib, self.cfg = lib, cfg
         self.blocks = LayerBlocks(attn.fused.blocks, quantize_q8_0(attn.o_proj.weight), mlp.fused.blocks,
                                   quantize_q8_0(mlp.down_proj.weight))

@@ -67,6 +67,3 @@ class MedusaHeads(nn.Module):
     # Medusa's key names are "{i}.{j}.linear.*"; ours live under "heads."
     def public_state(self):
         return {k[len("heads."):]: v for k, v in self.state_dict().items()}
-
-    def load_public_state(self, sd):
-        self.load_state_dict({"heads." + k: v for k, v in sd.items()})

@@ -208,7 +208,7 @@ def _padding(m: Mistake, target, ids, n, vanilla, user) -> CaseResult:
 def _scalar_residual(m: Mistake, target, ids, n, vanilla, user) -> CaseResult:
     d = _drafter(target, m.drafter)
     correct = _decode(SpeculativeDecoder(target, d, GREEDY, detail=False), ids, n)
-    mistaken = _decode(SpeculativeDecoder(target, d, GREEDY, variant=m.zoo, detail=False), ids, n)
+    mistaken = _decode(SpeculativeDecoder(target, d, GREEDY, policy=get_policy(m.zoo), detail=False), ids, n)
     gc, ac = exact_gap(user, d)
     gm, am = exact_gap(user, d, variant=m.zoo)
     return CaseResult(m.name, m.kind, vanilla, correct, mistaken, gc, gm, ac, am, notes=["mis.note.greedy_untouched"])

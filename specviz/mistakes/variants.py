@@ -164,7 +164,7 @@ class UncachedTargetDrafter(Drafter):
     def __init__(self, inner: Drafter, model):
         self.inner, self.model = inner, model
         self.name, self.taps = inner.name, inner.taps
-        self.q_is_probability, self.sampled = inner.q_is_probability, inner.sampled
+        self.q_is_probability = inner.q_is_probability
         self.extra_passes = self.extra_tokens = 0
 
     @property

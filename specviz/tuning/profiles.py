@@ -28,8 +28,6 @@ class _Recorder(Drafter):
     of the output becomes a calibration sample for every tree size at once.
     """
 
-    sampled = False
-
     def __init__(self, inner: Drafter):
         self.inner, self.trees = inner, []
         self.name, self.taps = inner.name, inner.taps
