@@ -12,11 +12,11 @@ import sys
 
 import torch
 
-from specviz.engine import SpeculativeDecoder
+from specviz.core.engine import SpeculativeDecoder
 from specviz.examples import EXAMPLE_PROMPTS
 from specviz.methods import ENGINE_METHODS, get, make_drafter
-from specviz.sampling import SamplingParams
-from specviz.target import load_target
+from specviz.core.sampling import SamplingParams
+from specviz.core.target import load_target
 
 
 def plain(o):

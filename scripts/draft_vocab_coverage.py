@@ -19,11 +19,11 @@ from pathlib import Path
 import torch
 
 from specviz.bench import load_prompts
-from specviz.engine import SpeculativeDecoder
+from specviz.core.engine import SpeculativeDecoder
 from specviz.heads.io import load_head, shipped_head_dir
 from specviz.methods import make_drafter
-from specviz.sampling import SamplingParams
-from specviz.target import load_target
+from specviz.core.sampling import SamplingParams
+from specviz.core.target import load_target
 from specviz.train.data import SeqData
 
 

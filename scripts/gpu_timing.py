@@ -25,10 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specviz import cudagraph  # noqa: E402
 from specviz.config import ModelConfig  # noqa: E402
 from specviz.drafters.eagle import EagleDrafter  # noqa: E402
-from specviz.engine import SpeculativeDecoder  # noqa: E402
+from specviz.core.engine import SpeculativeDecoder  # noqa: E402
 from specviz.heads import Eagle3Head, head_config_from_target  # noqa: E402
-from specviz.sampling import SamplingParams  # noqa: E402
-from specviz.target import KVCache, Target, TargetModel  # noqa: E402
+from specviz.core.sampling import SamplingParams  # noqa: E402
+from specviz.core.target import KVCache, Target, TargetModel  # noqa: E402
 
 SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, n_layers=30, n_heads=9, n_kv_heads=3,
                head_dim=64, rope_theta=100000.0, tie_embeddings=True)

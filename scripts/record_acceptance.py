@@ -23,10 +23,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specviz.engine import SpeculativeDecoder  # noqa: E402
+from specviz.core.engine import SpeculativeDecoder  # noqa: E402
 from specviz.examples import EXAMPLE_PROMPTS  # noqa: E402
 from specviz.methods import make_drafter  # noqa: E402
-from specviz.target import load_target  # noqa: E402
+from specviz.core.target import load_target  # noqa: E402
 
 OUT = ROOT / "assets" / "acceptance" / "equal_trees.json"
 PAPER_NODES = 26  # EAGLE-1's static tree: 25 drafted nodes + the root

@@ -161,7 +161,7 @@ def record_machine() -> None:
     import torch
 
     from specviz import lesson
-    from specviz.target import load_target
+    from specviz.core.target import load_target
 
     target = load_target(dtype=torch.float32, device="cpu")
     (lesson.LESSON_DIR / lesson.MACHINE_FILE).write_text(json.dumps(lesson.record_machine(target), indent=1))

@@ -26,15 +26,15 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specviz import engine  # noqa: E402
+from specviz.core import engine  # noqa: E402
 from specviz.bench import load_prompts  # noqa: E402
 from specviz.drafters.base import NoDraft  # noqa: E402
-from specviz.engine import SpeculativeDecoder  # noqa: E402
+from specviz.core.engine import SpeculativeDecoder  # noqa: E402
 from specviz.machine import machine  # noqa: E402
 from specviz.methods import make_drafter  # noqa: E402
-from specviz.sampling import SamplingParams  # noqa: E402
-from specviz.target import load_target  # noqa: E402
-from specviz.target_rows import TargetRows  # noqa: E402
+from specviz.core.sampling import SamplingParams  # noqa: E402
+from specviz.core.target import load_target  # noqa: E402
+from specviz.core.target_rows import TargetRows  # noqa: E402
 
 PHASES = ("draft", "pass", "lm_head", "rows", "walk", "commit", "trace")
 

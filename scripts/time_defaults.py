@@ -24,8 +24,8 @@ import torch  # noqa: E402
 from specviz import methods  # noqa: E402
 from specviz.app.prompts import EXAMPLES  # noqa: E402
 from specviz.app.state import DEFAULTS  # noqa: E402
-from specviz.engine import SpeculativeDecoder  # noqa: E402
-from specviz.target import load_target  # noqa: E402
+from specviz.core.engine import SpeculativeDecoder  # noqa: E402
+from specviz.core.target import load_target  # noqa: E402
 
 
 def timed(target, drafter, prompt, max_new) -> tuple[float, float, list[int]]:

@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from specviz.drafters.shape import TreeShape  # noqa: E402
-from specviz.engine import SpeculativeDecoder  # noqa: E402
+from specviz.core.engine import SpeculativeDecoder  # noqa: E402
 from specviz.methods import make_drafter  # noqa: E402
-from specviz.target import load_target  # noqa: E402
+from specviz.core.target import load_target  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -22,10 +22,10 @@ import torch
 
 from . import SpecVizError
 from .batch_pass import PassPart, forward_batch
-from .engine import GenerationResult, SpeculativeDecoder
-from .sampling import SamplingParams
-from .trace import RoundTrace
-from .verify import CORRECT, Policy
+from .core.engine import GenerationResult, SpeculativeDecoder
+from .core.sampling import SamplingParams
+from .core.trace import RoundTrace
+from .core.verify import CORRECT, Policy
 
 
 @dataclass

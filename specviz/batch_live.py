@@ -10,7 +10,7 @@ from typing import Callable
 from .drafters.base import describe_tree
 from .bench_batch import measure as measure_batches
 from .machine import machine
-from .sampling import SamplingParams
+from .core.sampling import SamplingParams
 
 
 def measure(target, makers: dict[str, Callable], prompts: list[str], sizes: list[int], max_new: int = 24,

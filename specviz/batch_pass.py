@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from . import SpecVizError
-from .target import ForwardOut, KVCache, TargetModel, _uses_kernel
+from .core.target import ForwardOut, KVCache, TargetModel, _uses_kernel
 
 
 @dataclass

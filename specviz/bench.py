@@ -30,12 +30,12 @@ from tqdm import tqdm
 from . import SpecVizError, bench_batch, peers_llamacpp
 from .drafters import sps
 from .drafters.base import describe_tree  # noqa: F401  (the benchmark's files record it; tests read it here)
-from .engine import SpeculativeDecoder
+from .core.engine import SpeculativeDecoder
 from .examples import EXAMPLE_PROMPTS
 from .machine import forward_curve, machine, weight_floor
 from .methods import DRAWABLE, ENGINE_METHODS, get, make_drafter, tune
-from .sampling import SamplingParams
-from .target import load_target
+from .core.sampling import SamplingParams
+from .core.target import load_target
 from .train import data as train_data
 
 HF_METHODS = ("hf", "hf-pld", "hf-assisted")

@@ -21,7 +21,7 @@ from . import SpecVizError
 from .batch import BatchDecoder
 from .drafters.base import describe_tree
 from .methods import ENGINE_METHODS, get, make_drafter, tune
-from .sampling import SamplingParams
+from .core.sampling import SamplingParams
 
 PAPER = "@paper"
 

@@ -1,7 +1,7 @@
 """The bug zoo: plausible mistakes in speculative verification, each a small named function.
 
-Every variant swaps exactly one piece of the correct rule in :mod:`specviz.verify` (see
-:class:`specviz.verify.Policy`) and is selected with ``verify(..., policy=get_policy(NAME))``, the
+Every variant swaps exactly one piece of the correct rule in :mod:`specviz.core.verify` (see
+:class:`specviz.core.verify.Policy`) and is selected with ``verify(..., policy=get_policy(NAME))``, the
 engine's ``variant`` and ``python -m specviz.lossless --broken NAME``. Their bilingual explanations
 are i18n strings (:func:`explain`); :data:`DEFAULT_BROKEN` is the negative control of a bare ``--broken``.
 
@@ -18,7 +18,7 @@ import torch
 
 from . import SpecVizError
 from .i18n import t
-from .verify import CORRECT, Policy, residual_correct
+from .core.verify import CORRECT, Policy, residual_correct
 
 DEFAULT_BROKEN = "resample-from-p"
 

@@ -22,16 +22,16 @@ from pathlib import Path
 
 import torch
 
-from .engine import SpeculativeDecoder, vanilla_generate
+from .core.engine import SpeculativeDecoder, vanilla_generate
 from .heads.io import shipped_head_dir
 from .agreement import replay_tolerance, value_close
 from .machine import forward_curve, numerics
 from .machine import machine as _machine
 from .methods import head_method, make_drafter
-from .sampling import SamplingParams
-from .target import load_target
-from .trace import RoundTrace
-from .tree import EAGLE1_TREE
+from .core.sampling import SamplingParams
+from .core.target import load_target
+from .core.trace import RoundTrace
+from .core.tree import EAGLE1_TREE
 
 LESSON_DIR = Path(__file__).resolve().parent.parent / "assets" / "lessons"
 TIMING_FIELDS = ("draft_time_s", "verify_time_s", "total_time_s")

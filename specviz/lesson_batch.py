@@ -21,13 +21,13 @@ from pathlib import Path
 import torch
 
 from .batch import BatchDecoder
-from .engine import SpeculativeDecoder
+from .core.engine import SpeculativeDecoder
 from .lesson import LESSON_DIR, PROMPT_CODE, PROMPT_STORY, compare_replay, head_checksums
 from .machine import machine as _machine
 from .methods import make_drafter
-from .sampling import SamplingParams
-from .target import load_target
-from .trace import RoundTrace
+from .core.sampling import SamplingParams
+from .core.target import load_target
+from .core.trace import RoundTrace
 
 KEY = "batch-eagle3"
 SPEC = {

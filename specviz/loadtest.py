@@ -41,9 +41,9 @@ from .app.methods import APP_METHODS, make_drafter
 from .app.prompts import EXAMPLES, prompt_ids
 from .app.state import DEFAULTS, sampling_params
 from .concurrency import server_threads
-from .engine import SpeculativeDecoder
+from .core.engine import SpeculativeDecoder
 from .server import streamlit_process
-from .target import load_target
+from .core.target import load_target
 
 TIMING_FIELDS = ("draft_time_s", "verify_time_s", "total_time_s")
 MAX_SESSIONS = 64

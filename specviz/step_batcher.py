@@ -21,8 +21,8 @@ from contextlib import nullcontext
 
 from . import SpecVizError
 from .batch import BatchDecoder
-from .engine import SpeculativeDecoder
-from .trace import RoundTrace
+from .core.engine import SpeculativeDecoder
+from .core.trace import RoundTrace
 
 DEFAULT_MAX_BATCH = 8
 

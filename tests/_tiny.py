@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from specviz.config import ModelConfig
-from specviz.target import TargetModel
+from specviz.core.target import TargetModel
 
 
 def tiny_config(hidden=64, vocab=128, layers=8) -> ModelConfig:
@@ -74,6 +74,6 @@ class TinyTokenizer:
 
 def tiny_target_bundle(seed=0, device="cpu", **kw):
     """A `Target` (model + tokenizer) around the tiny model, for engine tests."""
-    from specviz.target import Target
+    from specviz.core.target import Target
 
     return Target(model=tiny_target(seed, device=device, **kw), tokenizer=TinyTokenizer(), folder=None)

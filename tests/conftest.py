@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def target(tuning_costs):
     """The default model, fp32 on the CPU, with the fixture costs installed for it (`tuning_costs`)."""
-    from specviz.target import load_target
+    from specviz.core.target import load_target
 
     model = load_target(dtype=torch.float32, device="cpu")
     if tuning_costs is not None:
@@ -64,7 +64,7 @@ def vanilla_greedy(target):
     """Our vanilla greedy output for the first 32 example prompts x 128 tokens, computed once:
     the reference every greedy speculative method must reproduce token for token. (32, not the 50
     it once was: on a 2-core AVX2 CPU each prompt costs ~1.4 s here and ~2.4 s in the PLD suite.)"""
-    from specviz.engine import vanilla_generate
+    from specviz.core.engine import vanilla_generate
     from specviz.examples import EXAMPLE_PROMPTS
 
     return {p: vanilla_generate(target, p, 128).tokens for p in EXAMPLE_PROMPTS[:32]}

@@ -454,7 +454,7 @@ def test_started_copy_equals_a_fresh_start(target, method):
     from specviz.app.prompts import EXAMPLES, prompt_ids
     from specviz.app.session import started_decoder
     from specviz.app.state import DEFAULTS, sampling_params
-    from specviz.engine import SpeculativeDecoder
+    from specviz.core.engine import SpeculativeDecoder
     from specviz.loadtest import canonical
 
     if not method_status(method)[0]:

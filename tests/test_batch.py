@@ -14,14 +14,14 @@ import pytest
 import torch
 
 from specviz import SpecVizError, methods
-from specviz import target as target_module
+from specviz.core import target as target_module
 from specviz.batch import BatchDecoder
 from specviz.batch_pass import PassPart, forward_batch, fused
 from specviz.bugs import DEFAULT_BROKEN, get_policy
-from specviz.engine import SpeculativeDecoder
+from specviz.core.engine import SpeculativeDecoder
 from specviz.examples import EXAMPLE_PROMPTS
 from specviz.lossless.exact import exact_round_diff
-from specviz.sampling import SamplingParams
+from specviz.core.sampling import SamplingParams
 
 SPEC_BENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench_dev.jsonl"
 N_NEW = 40

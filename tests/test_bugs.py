@@ -9,8 +9,8 @@ import torch
 from specviz.bugs import BUGS, DEFAULT_BROKEN, POLICIES, VARIANTS, explain, get_policy
 from specviz.i18n import S
 from specviz.lossless import PrefixModel, TargetOracle, exact_max_diff, make_drafter, run_check
-from specviz.sampling import SamplingParams, probs
-from specviz.verify import verify
+from specviz.core.sampling import SamplingParams, probs
+from specviz.core.verify import verify
 
 NAMES = ["unwarped-bonus", "greedy-draft", "raw-logit-q", "scalar-residual", "resample-from-p", "no-rejection"]
 CJK = re.compile(r"[\u4e00-\u9fff]")

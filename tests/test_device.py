@@ -21,10 +21,10 @@ from specviz.drafters.eagle import EagleDrafter
 from specviz.drafters.medusa import MedusaDrafter
 from specviz.drafters.pld import PromptLookupDrafter
 from specviz.drafters.sps import SpSDrafter
-from specviz.engine import SpeculativeDecoder, vanilla_generate
+from specviz.core.engine import SpeculativeDecoder, vanilla_generate
 from specviz.heads import Eagle1Head, Eagle3Head, MedusaHeads, head_config_from_target
-from specviz.sampling import SamplingParams, probs
-from specviz.target import KVCache
+from specviz.core.sampling import SamplingParams, probs
+from specviz.core.target import KVCache
 
 NO_CUDA = "no CUDA device: the GPU cases run where torch sees one (scripts/gpu_run.sh)"
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA))]
@@ -199,7 +199,8 @@ def test_a_sampled_batched_round_is_exactly_lossless(kit, method):
 
 
 def test_bench_writes_its_json(kit, tmp_path, monkeypatch):
-    from specviz import bench, target as target_mod
+    from specviz import bench
+    from specviz.core import target as target_mod
 
     load = lambda *a, **k: kit.target  # noqa: E731
     monkeypatch.setattr(target_mod, "load_target", load)
@@ -235,7 +236,7 @@ def test_everything_lives_on_the_device(kit):
 
 
 def test_sample_takes_a_generator_on_either_device(kit):
-    from specviz.sampling import new_generator, sample
+    from specviz.core.sampling import new_generator, sample
 
     dist = torch.softmax(torch.randn(50, generator=torch.Generator().manual_seed(0)), -1).to(kit.device)
     for gen_device in {"cpu", kit.device}:

@@ -8,8 +8,8 @@ import pytest
 from specviz import SpecVizError, methods, tuning
 from specviz.drafters.base import Drafter, NoDraft
 from specviz.drafters.shape import TreeShape, sampled_shape_of
-from specviz.sampling import SamplingParams
-from specviz.tree import EAGLE1_TREE
+from specviz.core.sampling import SamplingParams
+from specviz.core.tree import EAGLE1_TREE
 
 
 def test_tree_shapes_are_checked_values():
@@ -97,7 +97,7 @@ def test_the_engine_takes_only_declared_drafters():
     never by probing: an object that is not a Drafter is refused when the decoder is made."""
     from types import SimpleNamespace
 
-    from specviz.engine import SpeculativeDecoder
+    from specviz.core.engine import SpeculativeDecoder
 
     class LooksLikeOne:
         def propose(self, context, root, params, generator):

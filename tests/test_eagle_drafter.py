@@ -9,9 +9,9 @@ import torch
 
 from specviz import agreement
 from specviz.drafters.eagle import EagleDrafter
-from specviz.engine import SpeculativeDecoder, vanilla_generate
+from specviz.core.engine import SpeculativeDecoder, vanilla_generate
 from specviz.heads import Eagle1Head, Eagle3Head, head_config_from_target
-from specviz.sampling import SamplingParams
+from specviz.core.sampling import SamplingParams
 
 
 def _head(target, kind):
@@ -194,7 +194,7 @@ def test_tuned_eagle_trees_draw_their_drafts_at_t_above_zero(target, monkeypatch
     papers' tree, a shape given explicitly, or draw="top" keep EAGLE's top-k drafts; greedy decoding
     gives vanilla's tokens either way."""
     from specviz import methods, tuning
-    from specviz.engine import vanilla_generate
+    from specviz.core.engine import vanilla_generate
 
     monkeypatch.setattr(tuning, "tree_for", lambda target, method, head_dir, tree_size, **k: None if tree_size == "paper" else
                         {"kind": "dynamic", "depth": 1, "total_tokens": 2, "top_k": 8, "min_prob": 0.0})

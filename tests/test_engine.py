@@ -8,10 +8,10 @@ import torch
 from specviz import SpecVizError
 from specviz.drafters.pld import PromptLookupDrafter
 from specviz.drafters.sps import SpSDrafter
-from specviz.engine import SpeculativeDecoder, vanilla_generate
+from specviz.core.engine import SpeculativeDecoder, vanilla_generate
 from specviz.examples import EXAMPLE_PROMPTS
-from specviz.sampling import SamplingParams
-from specviz.target import load_target
+from specviz.core.sampling import SamplingParams
+from specviz.core.target import load_target
 
 N_PROMPTS, N_TOKENS = 32, 128  # the prompts of conftest's vanilla_greedy
 # the bf16 chain drafter's prompts: a CPU without native bf16 (AVX2) emulates it, ~6 s a prompt on a Zen 3

@@ -15,7 +15,7 @@ from specviz import SpecVizError
 from specviz.app.prompts import MAX_PROMPT_CHARS, check_prompt, clean_prompt, prompt_ids
 from specviz.app.sidebar import _PARSERS, parse_param, round_param
 from specviz.app.state import DEFAULTS
-from specviz.sampling import SamplingParams, probs
+from specviz.core.sampling import SamplingParams, probs
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -111,7 +111,7 @@ budgets = st.one_of(st.integers(-3, 10), st.sampled_from([0, 64, 5000, 10**9]), 
 @SLOW
 @given(text=hostile_text, budget=budgets, temperature=st.sampled_from([0.0, 0.7, 1.5]), seed=st.integers(0, 2**31 - 1))
 def test_engine_start_step_accept_or_explain_and_recover(target, one_thread, text, budget, temperature, seed):
-    from specviz.engine import SpeculativeDecoder
+    from specviz.core.engine import SpeculativeDecoder
     from specviz.methods import make_drafter
 
     dec = SpeculativeDecoder(target, make_drafter("pld", target), SamplingParams(temperature=temperature, top_p=0.9), seed=seed)
@@ -131,7 +131,7 @@ def test_engine_start_step_accept_or_explain_and_recover(target, one_thread, tex
 
 @pytest.mark.parametrize("ids", [[10**9], [-1, 5], [1.5, 2], None, 7])
 def test_engine_token_ids_out_of_vocab(target, ids):
-    from specviz.engine import SpeculativeDecoder
+    from specviz.core.engine import SpeculativeDecoder
 
     with pytest.raises(SpecVizError):
         SpeculativeDecoder(target).start(ids, 4)
@@ -139,7 +139,7 @@ def test_engine_token_ids_out_of_vocab(target, ids):
 
 @pytest.mark.parametrize("budget", [True, 0, -3, 2.0, "8"])
 def test_engine_rejects_odd_budgets(target, budget):
-    from specviz.engine import SpeculativeDecoder
+    from specviz.core.engine import SpeculativeDecoder
 
     with pytest.raises(SpecVizError, match="max_new_tokens"):
         SpeculativeDecoder(target).start("hi", budget)

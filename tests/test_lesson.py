@@ -10,7 +10,7 @@ import pytest
 
 from specviz import lesson as LS
 from specviz import agreement, machine
-from specviz.trace import RoundTrace
+from specviz.core.trace import RoundTrace
 
 ROUNDS = LS.load_rounds()
 ROOT = Path(__file__).resolve().parent.parent

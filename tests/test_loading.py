@@ -9,7 +9,7 @@ import torch
 
 from specviz import SpecVizError
 from specviz import loading
-from specviz.target import load_target
+from specviz.core.target import load_target
 
 
 def test_default_gguf_is_found_without_importing_the_package():

@@ -10,9 +10,9 @@ import torch
 from specviz import methods
 from specviz.drafters.eagle import EagleDrafter
 from specviz.drafters.lookup import NgramIndex
-from specviz.engine import SpeculativeDecoder, vanilla_generate
-from specviz.sampling import SamplingParams
-from specviz.tree import DraftTree
+from specviz.core.engine import SpeculativeDecoder, vanilla_generate
+from specviz.core.sampling import SamplingParams
+from specviz.core.tree import DraftTree
 from test_eagle_drafter import _head
 
 

@@ -25,8 +25,8 @@ from specviz.lossless import (
     make_drafter,
     run_check,
 )
-from specviz.sampling import SamplingParams, probs
-from specviz.tree import DraftTree
+from specviz.core.sampling import SamplingParams, probs
+from specviz.core.tree import DraftTree
 
 TOL = 1e-6
 

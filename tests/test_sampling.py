@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from specviz import SpecVizError
-from specviz.sampling import SamplingParams, probs, sample, warp_logits
+from specviz.core.sampling import SamplingParams, probs, sample, warp_logits
 
 
 def hf_warp(logits, t, k, p):
@@ -114,7 +114,7 @@ def test_kernel_sort_equals_numpy_sort(sort_path):
     zeros of both signs, subnormals and huge magnitudes, rows of several lengths."""
     import numpy as np
 
-    from specviz.sampling import sorted_values
+    from specviz.core.sampling import sorted_values
 
     g = torch.Generator().manual_seed(11)
     rows = torch.randn(6, 49152, generator=g) * 5
@@ -136,7 +136,7 @@ def test_kernel_sort_equals_numpy_sort(sort_path):
 @pytest.mark.parametrize("p", [0.9, 0.5, 0.999])
 def test_fast_top_p_mask_equals_the_sorting_reference(shape, p, sort_path):
     """The value sort path must give the reference's mask bit for bit (and actually run)."""
-    from specviz.sampling import _top_p_remove, _top_p_remove_fast
+    from specviz.core.sampling import _top_p_remove, _top_p_remove_fast
 
     g = torch.Generator().manual_seed(len(shape) * 100 + int(p * 1000))
     logits = torch.randn(*shape, generator=g) * 4
@@ -150,7 +150,7 @@ def test_fast_top_p_mask_equals_the_sorting_reference(shape, p, sort_path):
 def test_fast_top_p_steps_aside_on_a_tie_at_the_boundary(sort_path):
     """Equal values straddling the cut: which one goes depends on the sort's index order, so the
     fast path must refuse and the warper must still equal HF's."""
-    from specviz.sampling import _top_p_remove_fast
+    from specviz.core.sampling import _top_p_remove_fast
 
     logits = torch.tensor([[0.0, 0.0, 5.0, 5.0, 1.0]])
     # ascending cumulative mass ~[.003, .007, .016, .508, 1]: with p = 0.4 the cut (<= 0.6) falls

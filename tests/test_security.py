@@ -16,7 +16,7 @@ import pytest
 from specviz import SpecVizError, loading
 from specviz.app.prompts import prompt_ids
 from specviz.settings import allowed_dirs, check_ui_model_spec, is_allowed
-from specviz.target import load_target
+from specviz.core.target import load_target
 
 ROOT = Path(__file__).resolve().parent.parent
 

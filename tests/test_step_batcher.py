@@ -9,9 +9,9 @@ import pytest
 
 from specviz import SpecVizError, methods
 from specviz.concurrency import WorkGate
-from specviz.engine import SpeculativeDecoder
+from specviz.core.engine import SpeculativeDecoder
 from specviz.examples import EXAMPLE_PROMPTS
-from specviz.sampling import SamplingParams
+from specviz.core.sampling import SamplingParams
 from specviz.step_batcher import StepBatcher, max_batch_from_env
 
 SETTINGS = [("eagle3", 0.0), ("pld", 1.0), ("vanilla", 0.0), ("medusa", 0.7), ("eagle1", 1.0), ("eagle3", 0.8)]

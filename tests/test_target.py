@@ -5,8 +5,8 @@ import random
 import pytest
 import torch
 
-from specviz.target import TargetModel
-from specviz.tree import DraftTree
+from specviz.core.target import TargetModel
+from specviz.core.tree import DraftTree
 
 # fp32 logits of ~20-30 in size; the runtime sums dot products in another order than HF (MKL for long
 # passes, the GGUF-block kernel for short ones), which moves them by a few 1e-5. A wrong mask, position
@@ -181,7 +181,7 @@ def test_the_dense_switch_follows_the_vector_width_and_the_vendor():
     """MKL picks its GEMM by CPU vendor: on an Intel CPU with AVX-512 it beats the 4-bit blocks from ~100
     rows, on an AMD one it never did, and on AVX2 torch's GEMM wins from a few dozen rows whoever made
     the CPU. A rule of (width, vendor), so two machines with one `numerics()` string prefill alike."""
-    from specviz.target import dense_from_rows
+    from specviz.core.target import dense_from_rows
 
     assert dense_from_rows(512, "Intel") == 128
     assert dense_from_rows(512, "AMD") is None
@@ -221,7 +221,7 @@ def test_long_passes_switch_to_the_dense_weights_where_they_are_faster(target, h
     # a draft tree's verify pass (a mask) never takes the dense weights, however long: its rows must round
     # as the one-token passes of vanilla decoding do (it runs the C++ layers on the blocks: see
     # test_a_big_trees_rows_are_bit_for_bit_vanillas_one_token_passes)
-    from specviz import target as target_module
+    from specviz.core import target as target_module
 
     dense = []
     real_linear = target_module._linear

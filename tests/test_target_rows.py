@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from specviz import methods as registry
-from specviz.engine import SpeculativeDecoder
-from specviz.sampling import SamplingParams, probs
-from specviz.target_rows import TargetRows
+from specviz.core.engine import SpeculativeDecoder
+from specviz.core.sampling import SamplingParams, probs
+from specviz.core.target_rows import TargetRows
 
 PARAMS = [SamplingParams(0.0), SamplingParams(0.8, 0, 0.9), SamplingParams(1.0, 20, 1.0)]
 
@@ -84,7 +84,7 @@ def test_lazy_round_equals_an_eager_one(target, method, options, params):
 
 
 def test_likely_path_follows_the_draft_while_it_is_likely():
-    from specviz.tree import DraftTree
+    from specviz.core.tree import DraftTree
 
     #        0
     #      /   \
@@ -105,7 +105,7 @@ def test_likely_path_follows_the_draft_while_it_is_likely():
 def test_a_fast_round_computes_the_likely_path_with_the_root_and_changes_no_token(target, params, monkeypatch):
     """Without a detailed trace the root's LM-head call also computes the rows of the draft's
     likeliest path (PREFETCH_ROWS); the tokens are those of a run that computes rows one by one."""
-    import specviz.engine as engine
+    import specviz.core.engine as engine
 
     def run(prefetch_rows):
         monkeypatch.setattr(engine, "PREFETCH_ROWS", prefetch_rows)

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from specviz import methods, tuning
-from specviz.engine import PREFETCH_ROWS, SpeculativeDecoder, vanilla_generate
+from specviz.core.engine import PREFETCH_ROWS, SpeculativeDecoder, vanilla_generate
 from specviz.examples import EXAMPLE_PROMPTS
 from specviz.heads.io import shipped_head_dir
-from specviz.sampling import SamplingParams
-from specviz.tree import EAGLE1_TREE
+from specviz.core.sampling import SamplingParams
+from specviz.core.tree import EAGLE1_TREE
 
 
 def test_dynamic_accepts_hand_example():
@@ -49,7 +49,7 @@ def _path_expand(vocab=50, calls=None):
 def test_small_dynamic_trees_expand_fewer_nodes_and_keep_the_same_tree(total):
     """A dynamic tree of fewer than top_k + 1 nodes expands only its best total - 1 frontier nodes:
     the kept tree (tokens, parents, q, scores) equals the full expansion's, with fewer drafter calls."""
-    from specviz.tree import build_dynamic_tree
+    from specviz.core.tree import build_dynamic_tree
 
     def run(prune, root):
         rows = []
@@ -73,7 +73,7 @@ def test_floored_trees_keep_exactly_the_likely_paths(min_prob):
     floored tree's levels, size and greedy acceptance from the full-width candidates."""
     import math
 
-    from specviz.tree import build_dynamic_tree
+    from specviz.core.tree import build_dynamic_tree
 
     sizes = set()
     for root in range(8):
@@ -261,7 +261,7 @@ def test_a_tuned_drafter_uses_its_sampled_tree_only_at_t_above_0(target, method)
     """The tuner times trees greedy and at T = 1 (`tuned["sampled"]`); a drafter then drafts the
     greedy tree at T = 0 and the sampled one at any T > 0, and stays exact at T = 0."""
     from specviz.drafters import eagle
-    from specviz.sampling import SamplingParams
+    from specviz.core.sampling import SamplingParams
 
     if method == "eagle3":
         tuned = dict(depth=3, total_tokens=8, top_k=8, sampled=dict(depth=1, total_tokens=2))

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from specviz import SpecVizError
-from specviz.engine import SpeculativeDecoder, vanilla_generate
+from specviz.core.engine import SpeculativeDecoder, vanilla_generate
 from specviz.examples import EXAMPLE_PROMPTS
-from specviz.sampling import SamplingParams
+from specviz.core.sampling import SamplingParams
 
 PROMPTS = EXAMPLE_PROMPTS
 

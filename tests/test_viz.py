@@ -10,7 +10,7 @@ import pytest
 
 from specviz import i18n
 from specviz.i18n import S, t
-from specviz.trace import AcceptStep, NodeTrace, RoundTrace
+from specviz.core.trace import AcceptStep, NodeTrace, RoundTrace
 from specviz.viz import figures as F
 from specviz.viz import toy
 
@@ -211,14 +211,14 @@ def test_toy_degenerate_inputs():
 # ---------------------------------------------------------------------- real traces
 @pytest.fixture(scope="module")
 def target():
-    from specviz.target import load_target
+    from specviz.core.target import load_target
 
     return load_target()
 
 
 def _real_traces(target, drafter, prompt, temperature=0.0, rounds=3):
-    from specviz.engine import SpeculativeDecoder
-    from specviz.sampling import SamplingParams
+    from specviz.core.engine import SpeculativeDecoder
+    from specviz.core.sampling import SamplingParams
 
     dec = SpeculativeDecoder(target, drafter, SamplingParams(temperature=temperature), seed=0)
     dec.start(prompt, 24)
@@ -240,7 +240,7 @@ def test_real_vanilla_trace(target, lang):
 
 
 def test_real_pld_trace(target):
-    pytest.importorskip("specviz.verify")
+    pytest.importorskip("specviz.core.verify")
     from specviz.drafters.pld import PromptLookupDrafter
 
     prompt = "Repeat exactly: the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the lazy dog."

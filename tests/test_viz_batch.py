@@ -13,7 +13,7 @@ from specviz import lesson_batch, measured
 from specviz.batch_results import crossover_sentence, crossover_summary, machine_label, tree_words
 from specviz.bench_batch import crossover
 from specviz.i18n import t
-from specviz.trace import NodeTrace, RoundTrace
+from specviz.core.trace import NodeTrace, RoundTrace
 from specviz.viz import STATUS_COLORS
 from specviz.viz import batch as vb
 

@@ -8,7 +8,7 @@ from specviz import SpecVizError, bugs, lossless
 from specviz.app.gate import heavy_work
 from specviz.app.methods import make_drafter, method_label, method_status
 from specviz.methods import TOY_METHODS
-from specviz.sampling import SamplingParams
+from specviz.core.sampling import SamplingParams
 from specviz.app.model import get_target
 from specviz.app.prompts import prompt_ids
 from specviz.app.session import run_generation

@@ -10,7 +10,7 @@ import torch
 
 from .. import SpecVizError
 from ..settings import check_ui_model_spec
-from ..target import load_target
+from ..core.target import load_target
 from .gate import heavy_work
 from .state import DEFAULTS, tr
 

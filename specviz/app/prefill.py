@@ -22,9 +22,9 @@ from collections import OrderedDict
 
 import torch
 
-from ..engine import SpeculativeDecoder
-from ..sampling import SamplingParams
-from ..target import TargetModel
+from ..core.engine import SpeculativeDecoder
+from ..core.sampling import SamplingParams
+from ..core.target import TargetModel
 
 WEIGHTS = (torch.nn.Module, TargetModel)  # read-only after loading: shared by every copy (a draft model too)
 

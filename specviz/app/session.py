@@ -8,7 +8,7 @@ import json
 
 import streamlit as st
 
-from ..engine import SpeculativeDecoder
+from ..core.engine import SpeculativeDecoder
 from ..step_batcher import batcher
 from . import prefill
 from .figcache import cached

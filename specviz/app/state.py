@@ -6,7 +6,7 @@ import streamlit as st
 import torch
 
 from ..i18n import t
-from ..sampling import SamplingParams
+from ..core.sampling import SamplingParams
 
 DEFAULTS = {
     "lang": "en",

@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 
 from .. import SpecVizError
-from ..sampling import SamplingParams
-from ..tree import DraftTree
+from ..core.sampling import SamplingParams
+from ..core.tree import DraftTree
 from .shape import TreeShape
 
 

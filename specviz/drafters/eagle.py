@@ -24,8 +24,8 @@ from .. import SpecVizError
 from ..heads.eagle import Eagle3Head
 from ..heads.io import load_head, shipped_head_dir
 from ..heads.layers import HeadCache
-from ..sampling import SamplingParams, warp_logits
-from ..tree import (EAGLE1_TREE, DraftTree, RankedRows, VocabRows, build_dynamic_tree, build_sampled_tree, build_static_tree,
+from ..core.sampling import SamplingParams, warp_logits
+from ..core.tree import (EAGLE1_TREE, DraftTree, RankedRows, VocabRows, build_dynamic_tree, build_sampled_tree, build_static_tree,
                     log_floor, tree_from_candidates, tree_width)
 from .base import Drafter, cut_vocabulary, default_draft_vocab
 from .lookup import LookupBranch, lookup_options

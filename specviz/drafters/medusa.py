@@ -15,8 +15,8 @@ import torch
 from .. import SpecVizError, qkernel
 from ..heads.draft_kernel import DraftKernel
 from ..heads.io import load_head, shipped_head_dir
-from ..sampling import SamplingParams, warp_logits
-from ..tree import EAGLE1_TREE, DraftTree, RankedRows, VocabRows, build_static_tree
+from ..core.sampling import SamplingParams, warp_logits
+from ..core.tree import EAGLE1_TREE, DraftTree, RankedRows, VocabRows, build_static_tree
 from .base import Drafter, cut_vocabulary, default_draft_vocab
 from .lookup import LookupBranch, lookup_options
 from .shape import TreeShape

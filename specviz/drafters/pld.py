@@ -6,7 +6,7 @@ came after it then comes again. Shines on summarisation and RAG, where outputs q
 
 from __future__ import annotations
 
-from ..tree import DraftTree
+from ..core.tree import DraftTree
 from .base import Drafter
 from .lookup import NgramIndex
 

@@ -16,9 +16,9 @@ import torch
 from .. import SpecVizError
 from ..heads.io import shipped_head_dir
 from ..loading import DEFAULT_MODEL, read_config, read_state_dict
-from ..sampling import probs, sample
-from ..target import TargetModel
-from ..tree import DraftTree
+from ..core.sampling import probs, sample
+from ..core.target import TargetModel
+from ..core.tree import DraftTree
 from .base import Drafter
 
 

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 
 import torch
 
-from ..sampling import SamplingParams, probs
-from ..tree import DraftTree
+from ..core.sampling import SamplingParams, probs
+from ..core.tree import DraftTree
 
 
 class ToyDrafter:

@@ -23,7 +23,7 @@ import torch
 
 from .. import qkernel
 from ..blockweights import MAX_BLOCK_ROWS, quantize_q8_0
-from ..sampling import SamplingParams
+from ..core.sampling import SamplingParams
 from .layers import FusedLinears
 
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from .. import qkernel
 from ..blockweights import MAX_BLOCK_ROWS, BlockWeight, LayerBlocks, quantize_q8_0
-from ..ops import keep_entries, rms_norm, rope_cos_sin, rotate_half
+from ..core.ops import keep_entries, rms_norm, rope_cos_sin, rotate_half
 
 
 class FusedLinears:

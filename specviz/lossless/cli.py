@@ -11,8 +11,8 @@ import torch
 
 from .. import SpecVizError, methods
 from ..bugs import DEFAULT_BROKEN, POLICIES
-from ..sampling import SamplingParams
-from ..target import load_target
+from ..core.sampling import SamplingParams
+from ..core.target import load_target
 from .empirical import CheckResult, make_drafter, run_check, torch_threads
 from .oracle import TargetOracle
 

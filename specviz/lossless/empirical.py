@@ -17,8 +17,8 @@ import torch
 from .. import SpecVizError, methods
 from ..bugs import get_policy
 from ..drafters.base import Drafter
-from ..sampling import SamplingParams, sample
-from ..verify import verify
+from ..core.sampling import SamplingParams, sample
+from ..core.verify import verify
 from .exact import exact_max_diff
 from .oracle import TargetOracle, node_prefixes, propose_grouped, proposer_for
 

@@ -18,9 +18,9 @@ import torch
 
 from .. import SpecVizError
 from ..bugs import get_policy
-from ..sampling import SamplingParams
-from ..tree import DraftTree
-from ..verify import CORRECT, Policy, drop_token, onehot
+from ..core.sampling import SamplingParams
+from ..core.tree import DraftTree
+from ..core.verify import CORRECT, Policy, drop_token, onehot
 
 DTYPE = torch.float64  # the exact enumeration runs in double precision
 

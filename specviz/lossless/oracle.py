@@ -15,8 +15,8 @@ import torch
 
 from .. import SpecVizError
 from ..drafters.base import Drafter
-from ..sampling import SamplingParams, probs
-from ..tree import DraftTree
+from ..core.sampling import SamplingParams, probs
+from ..core.tree import DraftTree
 
 # =============================================================================== the real model
 class TargetOracle:

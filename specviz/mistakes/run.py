@@ -17,11 +17,11 @@ import torch
 
 from .. import methods
 from ..bugs import get_policy
-from ..engine import SpeculativeDecoder
+from ..core.engine import SpeculativeDecoder
 from ..lossless.exact import exact_first_token_dist
 from ..lossless.oracle import TargetOracle, node_prefixes, proposer_for
-from ..sampling import SamplingParams
-from ..target import Target
+from ..core.sampling import SamplingParams
+from ..core.target import Target
 from . import variants
 from .catalog import Mistake, get
 

@@ -20,11 +20,11 @@ import torch
 from ..drafters.base import Drafter
 from ..drafters.eagle import EagleDrafter
 from ..drafters.sps import SpSDrafter
-from ..engine import SpeculativeDecoder
-from ..sampling import SamplingParams
-from ..target import Target
-from ..tree import DraftTree
-from ..verify import VerifyResult
+from ..core.engine import SpeculativeDecoder
+from ..core.sampling import SamplingParams
+from ..core.target import Target
+from ..core.tree import DraftTree
+from ..core.verify import VerifyResult
 
 CHAIN_4 = [[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]]  # EAGLE-1 drafting a chain of k = 4 tokens: the tutorials' shape
 PAD = 8  # padding tokens after the prompt in the padded-batch case

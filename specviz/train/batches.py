@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..target import KVCache
+from ..core.target import KVCache
 from .data import SeqData
 
 

@@ -46,7 +46,7 @@ from tqdm import tqdm
 
 from .. import SpecVizError
 from ..loading import cache_root
-from ..target import KVCache, load_target
+from ..core.target import KVCache, load_target
 from .sources import benchmark_texts, iter_sharegpt, load_conversations, read_conversations, score_batch, split_items
 
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 
 from .. import SpecVizError
-from ..engine import SpeculativeDecoder
+from ..core.engine import SpeculativeDecoder
 from ..heads.io import load_head, shipped_head_dir
 from ..methods import make_drafter
-from ..sampling import SamplingParams
-from ..target import load_target
+from ..core.sampling import SamplingParams
+from ..core.target import load_target
 from .data import SeqData, default_data_dir
 from .sps import evaluate_sps
 from .trainers import TrainConfig, evaluate

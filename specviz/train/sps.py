@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from ..target import load_target
+from ..core.target import load_target
 from .data import SeqData
 from .batches import batches
 from .trainers import resume

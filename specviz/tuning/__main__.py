@@ -11,7 +11,7 @@ from tqdm import tqdm
 from .. import SpecVizError
 from ..examples import EXAMPLE_PROMPTS
 from ..methods import head_dir, make_drafter, tune
-from ..target import load_target
+from ..core.target import load_target
 from . import PROFILE_FILE, cost_file, collect_profile, save_profile
 
 

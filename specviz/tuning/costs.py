@@ -15,7 +15,7 @@ import torch
 from .. import SpecVizError
 from ..drafters.base import NoDraft
 from ..drafters.shape import TreeShape
-from ..engine import PREFETCH_ROWS, SpeculativeDecoder
+from ..core.engine import PREFETCH_ROWS, SpeculativeDecoder
 from ..examples import EXAMPLE_PROMPTS
 from ..loading import cache_root
 from ..machine import device_key, forward_curve, machine, runtime_id, sync

@@ -9,9 +9,9 @@ import torch
 
 from .. import SpecVizError
 from ..drafters.base import DRAFT_VOCAB, LOOKUP_TOKENS, NoDraft
-from ..engine import SpeculativeDecoder
+from ..core.engine import SpeculativeDecoder
 from ..examples import EXAMPLE_PROMPTS
-from ..sampling import SamplingParams
+from ..core.sampling import SamplingParams
 from .costs import _save_costs, device_costs
 from .profiles import load_profile
 from .ranking import (SHORTLIST_PROMPTS, SHORTLIST_TOKENS, _profile_dir, candidate_shape, profile_id, rank_trees,

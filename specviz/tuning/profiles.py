@@ -13,8 +13,8 @@ from pathlib import Path
 
 from .. import SpecVizError
 from ..drafters.base import Drafter
-from ..engine import SpeculativeDecoder
-from ..tree import DraftTree
+from ..core.engine import SpeculativeDecoder
+from ..core.tree import DraftTree
 
 MAX_DEPTH = 8  # deepest dynamic tree profiled
 MIN_PROBS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8)  # path-probability floors profiled

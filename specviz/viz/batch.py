@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..i18n import t
-from ..trace import RoundTrace
+from ..core.trace import RoundTrace
 from .compare import METHOD_COLORS
 from .figures import LEGEND_TOP, show_token, spec_figure, tree_figure
 

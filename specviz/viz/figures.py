@@ -14,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..i18n import t
-from ..trace import NodeTrace, RoundTrace
+from ..core.trace import NodeTrace, RoundTrace
 
 STATUS_COLORS = {
     "root": "#6c757d",

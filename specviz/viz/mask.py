@@ -15,7 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..i18n import t
-from ..trace import RoundTrace
+from ..core.trace import RoundTrace
 from .figures import LEGEND_TOP, ancestors, show_token
 
 # cell kinds: value, colour, i18n key of the legend entry

@@ -22,7 +22,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..i18n import t
-from ..trace import RoundTrace
+from ..core.trace import RoundTrace
 from .figures import LEGEND_TOP, SOURCE_COLORS, STATUS_COLORS, show_token, target_p
 
 DASH = "–"

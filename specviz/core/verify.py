@@ -22,7 +22,7 @@ the extra token make up a :class:`Policy`; the correct one is :data:`CORRECT`, t
 broken ones live in :mod:`specviz.bugs` (``bugs.get_policy(name)``) and are passed as ``policy=``.
 
 p and q are always the *warped* distributions (same temperature, top-k, top-p). Uniform draws come
-from ``torch.rand(1, generator=generator)`` and tokens from :func:`specviz.sampling.sample`, so the
+from ``torch.rand(1, generator=generator)`` and tokens from :func:`specviz.core.sampling.sample`, so the
 same generator state replays the same result.
 """
 
@@ -33,7 +33,7 @@ from typing import Callable
 
 import torch
 
-from . import SpecVizError
+from .. import SpecVizError
 from .sampling import SamplingParams, sample
 from .trace import AcceptStep
 from .tree import DraftTree

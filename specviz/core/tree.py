@@ -445,7 +445,7 @@ def build_sampled_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
     p(x), which at temperature 1 is small even when the head is right about p (a flat p gives every
     token little mass); a draft drawn from q is kept with probability min(1, p/q), on average
     sum_x min(p(x), q(x)) - e.g. 0.17 -> 0.29 per first token for the shipped EAGLE-3 head on
-    Spec-Bench dev at T = 1. The same acceptance walk (specviz.verify, SpecInfer's
+    Spec-Bench dev at T = 1. The same acceptance walk (specviz.core.verify, SpecInfer's
     rule without replacement) keeps the output exactly the target's, provided every choice of
     *which* children a node gets is made before they are drawn: each expanded node draws its
     children in one go without replacement, all of them are kept, and siblings stay in draw order

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from . import SpecVizError, cudagraph, qkernel
-from .blockweights import LayerBlocks, attach_blocks, quantize_q8_0
-from .config import ModelConfig, rope_inv_freq
-from .loading import DEFAULT_MODEL, default_device, default_dtype, default_gguf_path, load_checkpoint
-from .machine import cpu_vendor
+from .. import SpecVizError, cudagraph, qkernel
+from ..blockweights import LayerBlocks, attach_blocks, quantize_q8_0
+from ..config import ModelConfig, rope_inv_freq
+from ..loading import DEFAULT_MODEL, default_device, default_dtype, default_gguf_path, load_checkpoint
+from ..machine import cpu_vendor
 from .ops import keep_entries, rms_norm, rope_cos_sin, rotate_half
-from .tokenizer import ChatTokenizer
+from ..tokenizer import ChatTokenizer
 
 
 class KVCache:

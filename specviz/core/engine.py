@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import SpecVizError
-from .drafters.base import Drafter, NoDraft
+from .. import SpecVizError
+from ..drafters.base import Drafter, NoDraft
 from .sampling import SamplingParams, sample
 from .target_rows import TargetRows
 from .trace import RoundTrace, record_round
@@ -79,7 +79,7 @@ class SpeculativeDecoder:
             raise TypeError(f"drafter must be a specviz.drafters.base.Drafter, got {type(drafter).__name__}")
         self.drafter = drafter or NoDraft()
         if not isinstance(policy, Policy):  # a bug of the zoo is passed as specviz.bugs.get_policy(name)
-            raise TypeError(f"policy must be a specviz.verify.Policy, got {type(policy).__name__}")
+            raise TypeError(f"policy must be a specviz.core.verify.Policy, got {type(policy).__name__}")
         self.params, self.seed, self.policy, self.detail = params, int(seed), policy, detail
         self.max_len = min(max_len or 4096, self.model.cfg.max_position)
         self.eos = target.eos_ids
@@ -200,7 +200,7 @@ class SpeculativeDecoder:
         trace. `pass_start`: when the (shared) pass began, if not right after this round's drafting."""
         tree, L = plan.tree, plan.L
         n = len(tree)
-        # p after each node, computed only where it is used (specviz.target_rows): the walk's path,
+        # p after each node, computed only where it is used (specviz.core.target_rows): the walk's path,
         # and in a detailed trace every inner node
         p, p_raw = target_rows.p, target_rows.raw
         best = target_rows.argmax if self.params.greedy else None
@@ -242,7 +242,7 @@ class SpeculativeDecoder:
         return trace
 
     def walk(self, tree: DraftTree, p, p_raw, best) -> VerifyResult:
-        """The acceptance walk (specviz.verify): min(1, p/q), residual norm(max(p - q, 0)), the bonus
+        """The acceptance walk (specviz.core.verify): min(1, p/q), residual norm(max(p - q, 0)), the bonus
         from p after a full path. specviz.mistakes overrides it for a decoder that drops the bonus."""
         return verify(tree, p, self.params, self.generator, p_raw=p_raw, policy=self.policy, best=best)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import SpecVizError, qkernel
+from .. import SpecVizError, qkernel
 
 
 @dataclass(frozen=True)

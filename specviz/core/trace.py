@@ -127,7 +127,7 @@ def _top(dist: torch.Tensor | None, detail: bool) -> TopList:
 def record_round(tree, res, committed: list[int], *, round_index: int, method: str, sampling, L: int, target_rows,
                  detail: bool, times: tuple, finished: bool, rng_state, positions, rows) -> RoundTrace:
     """What one round did, as a plain record, from what the engine computed: the drafter's `tree`, the
-    walk's result `res` (specviz.verify.VerifyResult), the `committed` tokens, the lazy target rows.
+    walk's result `res` (specviz.core.verify.VerifyResult), the `committed` tokens, the lazy target rows.
     Token ids and probabilities only (texts empty: the engine renders them for a detailed round).
     `times`: (start, drafted, pass started, verified) perf-counter readings. A plain (not `detail`)
     round keeps no top lists, mask or RNG state."""
