@@ -31,7 +31,7 @@ from .methods import head_method, make_drafter
 from .core.sampling import SamplingParams
 from .core.target import load_target
 from .core.trace import RoundTrace
-from .core.tree import EAGLE1_TREE
+from .core.tree_build import EAGLE1_TREE
 
 LESSON_DIR = Path(__file__).resolve().parent.parent / "assets" / "lessons"
 TIMING_FIELDS = ("draft_time_s", "verify_time_s", "total_time_s")

@@ -149,7 +149,7 @@ def make_drafter(name: str, target, tree_size: str = "auto", **options) -> Draft
         options["tuned"] = tuning.tree_for(target, name, folder, tree_size, measure=False)
         if options["tuned"] and spec.drawable and tree_size != "paper":
             # the fastest setting we know: at T > 0 its few drafts are drawn from q (kept with probability
-            # min(1, p/q), not p(x): tau 1.16 -> 1.33 at T = 1 on Spec-Bench dev, tree.build_sampled_tree);
+            # min(1, p/q), not p(x): tau 1.16 -> 1.33 at T = 1 on Spec-Bench dev, tree_build.build_sampled_tree);
             # greedy decoding is unchanged. The papers' trees and the sidebar's keep EAGLE's top-k drafts.
             options.setdefault("draw", "sample")
     return spec.factory(target, **options)

@@ -9,7 +9,7 @@ from specviz import SpecVizError, methods, tuning
 from specviz.drafters.base import Drafter, NoDraft
 from specviz.drafters.shape import TreeShape, sampled_shape_of
 from specviz.core.sampling import SamplingParams
-from specviz.core.tree import EAGLE1_TREE
+from specviz.core.tree_build import EAGLE1_TREE
 
 
 def test_tree_shapes_are_checked_values():

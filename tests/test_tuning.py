@@ -11,7 +11,7 @@ from specviz.core.engine import PREFETCH_ROWS, SpeculativeDecoder, vanilla_gener
 from specviz.examples import EXAMPLE_PROMPTS
 from specviz.heads.io import shipped_head_dir
 from specviz.core.sampling import SamplingParams
-from specviz.core.tree import EAGLE1_TREE
+from specviz.core.tree_build import EAGLE1_TREE
 
 
 def test_dynamic_accepts_hand_example():
@@ -49,7 +49,7 @@ def _path_expand(vocab=50, calls=None):
 def test_small_dynamic_trees_expand_fewer_nodes_and_keep_the_same_tree(total):
     """A dynamic tree of fewer than top_k + 1 nodes expands only its best total - 1 frontier nodes:
     the kept tree (tokens, parents, q, scores) equals the full expansion's, with fewer drafter calls."""
-    from specviz.core.tree import build_dynamic_tree
+    from specviz.core.tree_build import build_dynamic_tree
 
     def run(prune, root):
         rows = []
@@ -73,7 +73,7 @@ def test_floored_trees_keep_exactly_the_likely_paths(min_prob):
     floored tree's levels, size and greedy acceptance from the full-width candidates."""
     import math
 
-    from specviz.core.tree import build_dynamic_tree
+    from specviz.core.tree_build import build_dynamic_tree
 
     sizes = set()
     for root in range(8):

@@ -237,7 +237,7 @@ def _prefix(tree, i):
 
 
 def test_sampled_dynamic_tree_keeps_draw_order_and_its_budget():
-    from specviz.core.tree import build_sampled_tree
+    from specviz.core.tree_build import build_sampled_tree
 
     row = _tables(6, 1)
     expand = lambda tree, nodes: torch.stack([row("q", _prefix(tree, i)) for i in nodes])  # noqa: E731
@@ -271,7 +271,8 @@ def test_sampled_tree_draws_in_a_draft_vocabulary_as_over_full_rows():
     """EAGLE-3 drafts over 8,192 of 49,152 tokens: the sampled tree draws in those columns (as
     `VocabRows`, with the kernel's top-k as `RankedRows`) and must draw exactly what it drew from the
     49k-wide rows, with the same q and the same full rows kept for the acceptance walk."""
-    from specviz.core.tree import RankedRows, VocabRows, build_sampled_tree
+    from specviz.core.tree import RankedRows, VocabRows
+    from specviz.core.tree_build import build_sampled_tree
 
     V, ids = 40, torch.tensor([1, 4, 5, 9, 13, 20, 21, 30, 33, 38])  # ascending, as a head's draft vocabulary
 
@@ -315,7 +316,7 @@ def test_sampled_dynamic_tree_rounds_give_the_targets_two_token_distribution(var
     from scipy.stats import chisquare
 
     from specviz.bugs import get_policy
-    from specviz.core.tree import build_sampled_tree
+    from specviz.core.tree_build import build_sampled_tree
 
     V, trials = 4, 12000
     row = _tables(V, 7)
@@ -340,7 +341,8 @@ def test_sampled_dynamic_tree_rounds_give_the_targets_two_token_distribution(var
 def test_draft_vocabulary_rows_build_the_same_tree_as_full_rows():
     """EAGLE-3's draft rows kept in their own columns (tree.VocabRows): the dynamic tree, its scores
     and the rows it keeps for the rule equal those built from the full 0-padded rows."""
-    from specviz.core.tree import VocabRows, build_dynamic_tree
+    from specviz.core.tree import VocabRows
+    from specviz.core.tree_build import build_dynamic_tree
 
     g = torch.Generator().manual_seed(0)
     V, ids = 50, torch.tensor([1, 4, 7, 9, 20, 33, 41, 49])
@@ -379,7 +381,7 @@ def test_a_copied_chain_in_a_sampled_tree_keeps_the_targets_distribution(planted
     the first two tokens still come out as p(t1) p(t2 | t1). Planted: the copied children verified with
     their parent's q like the drawn ones, which the same chi-square catches."""
     from specviz.core import verify as VM
-    from specviz.core.tree import build_sampled_tree
+    from specviz.core.tree_build import build_sampled_tree
 
     if planted:
         real = DraftTree.with_chain  # the same trees, without the marks the rule reads

@@ -20,7 +20,7 @@ DEFAULTS = {
     "depth": 6,  # the papers' dynamic-tree size (EAGLE-2/3: depth 6, 24 nodes), so the tree shows branching
     "tree_topk": 4,
     "total_tokens": 24,
-    # keep draft paths at least this likely (tree.build_dynamic_tree): on a CPU an extra tree token
+    # keep draft paths at least this likely (tree_build.build_dynamic_tree): on a CPU an extra tree token
     # costs ~1/4 of a pass, so only paths the head is fairly sure of pay (the shipped EAGLE-3 head:
     # predicted ~1.04x vanilla at depth 6 with 0.25, 0.22x with the papers' 24 nodes; measured 1.15x
     # and 0.43x on the default prompt, 48 tokens, idle); a GPU verifies the

@@ -25,8 +25,9 @@ from ..heads.eagle import Eagle3Head
 from ..heads.io import load_head, shipped_head_dir
 from ..heads.layers import HeadCache
 from ..core.sampling import SamplingParams, warp_logits
-from ..core.tree import (EAGLE1_TREE, DraftTree, RankedRows, VocabRows, build_dynamic_tree, build_sampled_tree, build_static_tree,
-                    log_floor, tree_from_candidates, tree_width)
+from ..core.tree import DraftTree, RankedRows, VocabRows
+from ..core.tree_build import (EAGLE1_TREE, build_dynamic_tree, build_sampled_tree, build_static_tree, log_floor,
+                               tree_from_candidates, tree_width)
 from .base import Drafter, cut_vocabulary, default_draft_vocab
 from .lookup import LookupBranch, lookup_options
 from .shape import TreeShape, sampled_shape_of
@@ -42,7 +43,7 @@ class EagleDrafter(Drafter):
         self.model = model
         self.name = name
         # static: the paths (EAGLE-1); dynamic: min_prob keeps only paths at least this likely
-        # (tree.build_dynamic_tree); at T > 0 draw "top" keeps EAGLE's top-k drafts (kept with
+        # (tree_build.build_dynamic_tree); at T > 0 draw "top" keeps EAGLE's top-k drafts (kept with
         # probability p(x)), "sample" draws them from q (kept with probability min(1, p/q): more often)
         if draw not in ("top", "sample"):
             raise ValueError(f"draw must be 'top' or 'sample', got {draw!r}")
@@ -396,8 +397,8 @@ def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_token
 def make_eagle2(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None,
                 min_prob=None, window=None, draw="top", draft_vocab=None, lookup=None):
     """EAGLE-2: the EAGLE-1 head with a dynamic tree (`tuned` from the registry, else the papers'
-    CPU-scaled default of depth 5, 24 nodes; `min_prob`: see tree.build_dynamic_tree; `draw`: at T > 0,
-    "sample" draws the drafts from q, tree.build_sampled_tree; `draft_vocab`: see `base.default_draft_vocab`;
+    CPU-scaled default of depth 5, 24 nodes; `min_prob`: see tree_build.build_dynamic_tree; `draw`: at T > 0,
+    "sample" draws the drafts from q, tree_build.build_sampled_tree; `draft_vocab`: see `base.default_draft_vocab`;
     `lookup`: `base.default_lookup`)."""
     return _make_dynamic(target, "eagle2", "eagle1", head_dir, depth, top_k, total_tokens, tuned, 5, min_prob, window,
                          draw, default_draft_vocab(draft_vocab, tuned), lookup)

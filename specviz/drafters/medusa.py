@@ -16,7 +16,8 @@ from .. import SpecVizError, qkernel
 from ..heads.draft_kernel import DraftKernel
 from ..heads.io import load_head, shipped_head_dir
 from ..core.sampling import SamplingParams, warp_logits
-from ..core.tree import EAGLE1_TREE, DraftTree, RankedRows, VocabRows, build_static_tree
+from ..core.tree import DraftTree, RankedRows, VocabRows
+from ..core.tree_build import EAGLE1_TREE, build_static_tree
 from .base import Drafter, cut_vocabulary, default_draft_vocab
 from .lookup import LookupBranch, lookup_options
 from .shape import TreeShape

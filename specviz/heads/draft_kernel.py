@@ -148,7 +148,7 @@ class DraftKernel:
              base_position: int, temperature: float, k: int, width: int, depth: int, floor: float):
         """A chosen (not drawn) dynamic tree's whole expansion in one call (`draft_tree` in blockmm.cpp): the
         commit of `tokens` (as `level` with offset 0 and one row, for the root) and then every level of
-        `tree.build_dynamic_tree`'s loop (`width`: `tree.tree_width`, `floor`: `tree.log_floor`), the tree's
+        `tree_build.build_dynamic_tree`'s loop (`width`: `tree_build.tree_width`, `floor`: `tree_build.log_floor`), the tree's
         entries at positions base_position + depth. Returns
         (candidates [(score, parent, token, q)], the distribution rows and their top-k as (probs, top_v,
         top_i), candidate -> row for the expanded ones). The caller commits the first len(tokens) entries.

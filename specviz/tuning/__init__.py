@@ -17,7 +17,7 @@ Two measurements, kept apart because they change for different reasons:
 The model ranks every tree by tau(N, d) / (overhead(N) + draft(N, d) + forward(N)); its best few
 (`shortlist`) and vanilla are then timed on a few built-in prompts and the fastest measured tree
 is the choice (cached with the costs). Dynamic trees are also
-profiled with a floor on the path probability (`min_prob`, tree.build_dynamic_tree): the tree is
+profiled with a floor on the path probability (`min_prob`, tree_build.build_dynamic_tree): the tree is
 then as large as the head is sure, so each round's size varies and the profile keeps, per floor
 and depth, how often each (levels drafted, frontier width, tree size) occurred, to price it.
 """

@@ -181,7 +181,7 @@ def device_costs(target, method: str, profile: dict, remeasure: bool = False, lo
         drafter = build()
         if profile["kind"] == "dynamic":
             # depth d at full width ("d"), and the trees of n <= top_k nodes, which expand only
-            # n - 1 nodes per level (tree.build_dynamic_tree) and so draft for less ("d:n")
+            # n - 1 nodes per level (tree_build.build_dynamic_tree) and so draft for less ("d:n")
             def configure(c):
                 d, n = (int(c), profile["n_max"]) if ":" not in str(c) else map(int, str(c).split(":"))
                 drafter.reshape(drafter.shape.replace(depth=d, total_tokens=n))

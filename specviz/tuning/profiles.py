@@ -88,7 +88,7 @@ def dynamic_accepts(cands: list, cont: list[int], max_depth: int, n_max: int) ->
 
 
 def floor_rounds(cands: list, cont: list[int], max_depth: int, n_max: int, min_prob: float, top_k: int = 8) -> list[tuple]:
-    """For depth caps d = 1..max_depth, what tree.build_dynamic_tree(min_prob=...) would do with
+    """For depth caps d = 1..max_depth, what tree_build.build_dynamic_tree(min_prob=...) would do with
     these candidates: (levels drafted, widest frontier expanded after the root, tree size, tokens a
     greedy walk accepts). The candidates come from a full-width run: a node at least `min_prob`
     likely has a parent that is too, so the floored tree's candidates are the same nodes."""
@@ -144,7 +144,7 @@ def collect_profile(target, inner, prompts: list, max_new_tokens: int = 96, n_ma
         inner.reshape(inner.shape.replace(depth=MAX_DEPTH, total_tokens=n_max))
     else:
         paths = inner.shape.paths
-        # node k of a static tree is the k-th path in (length, path) order (tree.static_tree_shape)
+        # node k of a static tree is the k-th path in (length, path) order (tree_build.static_tree_shape)
         paths = sorted((list(p) for p in paths), key=lambda p: (len(p), p))
         count = [0] * (len(paths) + 1)
     rec = _Recorder(inner)
