@@ -24,14 +24,12 @@ PREFETCH_ROWS = 3  # target rows at most in a round's first LM-head call (root +
 PREFETCH_MIN_PROB = 0.25  # ... for path nodes the drafter reaches with at least this probability
 
 
-@dataclass
-class GenerationResult:
+class TokenRates:
+    """tau and tokens/s of a decode that has `tokens`, `rounds` (target passes) and `seconds`."""
+
     tokens: list[int]
-    text: str
-    traces: list[RoundTrace] = field(default_factory=list)
-    rounds: int = 0
-    seconds: float = 0.0
-    prefill_seconds: float = 0.0
+    rounds: int
+    seconds: float
 
     @property
     def tau(self) -> float:
@@ -41,6 +39,16 @@ class GenerationResult:
     @property
     def tokens_per_s(self) -> float:
         return len(self.tokens) / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class GenerationResult(TokenRates):
+    tokens: list[int]
+    text: str
+    traces: list[RoundTrace] = field(default_factory=list)
+    rounds: int = 0
+    seconds: float = 0.0
+    prefill_seconds: float = 0.0
 
 
 @dataclass

@@ -109,6 +109,27 @@ class Drafter:
         return {"name": self.name, **(shape.describe() if shape else {})}
 
 
+class WrappedDrafter(Drafter):
+    """A drafter that hands its sequence state to `inner` and changes only what it proposes (a recorder,
+    a mistake of specviz.mistakes): reset, commit, snapshot and restore go to `inner` unchanged."""
+
+    def __init__(self, inner: Drafter):
+        self.inner = inner
+        self.name, self.taps, self.q_is_probability = inner.name, inner.taps, inner.q_is_probability
+
+    def reset(self, context, taps):
+        self.inner.reset(context, taps)
+
+    def commit(self, processed, taps):
+        self.inner.commit(processed, taps)
+
+    def snapshot(self):
+        return self.inner.snapshot()
+
+    def restore(self, snap):
+        self.inner.restore(snap)
+
+
 class NoDraft(Drafter):
     """Vanilla decoding as a degenerate drafter: the tree is the root alone."""
 

@@ -17,7 +17,7 @@ import torch
 
 from .. import methods
 from ..bugs import get_policy
-from ..core.engine import SpeculativeDecoder
+from ..core.engine import SpeculativeDecoder, TokenRates
 from ..lossless.exact import exact_first_token_dist
 from ..lossless.oracle import TargetOracle, node_prefixes, proposer_for
 from ..core.sampling import SamplingParams
@@ -31,7 +31,7 @@ GREEDY = SamplingParams()
 
 
 @dataclass
-class Run:
+class Run(TokenRates):
     """One greedy decode: what it produced and what it cost."""
 
     tokens: list[int]
@@ -40,14 +40,6 @@ class Run:
     target_tokens: int  # tokens the target processed after the prefill (the same for every run), extra passes included
     drafted: int = 0  # draft tokens proposed (chain: k per round)
     accepted: int = 0  # draft tokens accepted
-
-    @property
-    def tau(self) -> float:
-        return len(self.tokens) / self.rounds if self.rounds else 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        return len(self.tokens) / self.seconds if self.seconds > 0 else 0.0
 
     @property
     def work_per_token(self) -> float:

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import torch
 
-from ..drafters.base import Drafter
+from ..drafters.base import Drafter, WrappedDrafter
 from ..drafters.eagle import EagleDrafter
 from ..drafters.sps import SpSDrafter
 from ..core.engine import SpeculativeDecoder
@@ -155,33 +155,20 @@ class NoBonusDecoder(SpeculativeDecoder):
                        extra_dist=p[tree.parents[last]])
 
 
-class UncachedTargetDrafter(Drafter):
+class UncachedTargetDrafter(WrappedDrafter):
     """`inner`'s drafts, each draft step preceded by a target pass over the whole sequence with no KV
     cache (how code that calls the model for fresh hidden states on every step runs). The features
     those passes give are the ones the cache already holds, so they are thrown away and the drafts
     stay `inner`'s: what changes is the work, counted in `extra_passes` and `extra_tokens`."""
 
     def __init__(self, inner: Drafter, model):
-        self.inner, self.model = inner, model
-        self.name, self.taps = inner.name, inner.taps
-        self.q_is_probability = inner.q_is_probability
+        super().__init__(inner)
+        self.model = model
         self.extra_passes = self.extra_tokens = 0
 
     @property
     def shape(self):
         return self.inner.shape
-
-    def reset(self, context, taps):
-        self.inner.reset(context, taps)
-
-    def commit(self, processed, taps):
-        self.inner.commit(processed, taps)
-
-    def snapshot(self):
-        return self.inner.snapshot()
-
-    def restore(self, snap):
-        self.inner.restore(snap)
 
     def propose(self, context, root, params: SamplingParams, generator):
         tree = self.inner.propose(context, root, params, generator)

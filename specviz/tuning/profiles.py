@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from .. import SpecVizError
-from ..drafters.base import Drafter
+from ..drafters.base import Drafter, WrappedDrafter
 from ..core.engine import SpeculativeDecoder
 from ..core.tree import DraftTree
 
@@ -21,7 +21,7 @@ MIN_PROBS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8)  # path-p
 PROFILE_FILE = "tree_profile.json"
 
 
-class _Recorder(Drafter):
+class _Recorder(WrappedDrafter):
     """Wraps a drafter: keeps each proposed tree but hands the engine the root alone.
 
     The engine then decodes one token per round (vanilla speed and output), and every position
@@ -29,20 +29,8 @@ class _Recorder(Drafter):
     """
 
     def __init__(self, inner: Drafter):
-        self.inner, self.trees = inner, []
-        self.name, self.taps = inner.name, inner.taps
-
-    def reset(self, context, taps):
-        self.inner.reset(context, taps)
-
-    def commit(self, processed, taps):
-        self.inner.commit(processed, taps)
-
-    def snapshot(self):
-        return self.inner.snapshot()
-
-    def restore(self, snap):
-        self.inner.restore(snap)
+        super().__init__(inner)
+        self.trees = []
 
     def propose(self, context, root, params, generator):
         self.trees.append(self.inner.propose(context, root, params, generator))
