@@ -33,7 +33,7 @@ from typing import Callable
 
 from . import SpecVizError, tuning
 from .drafters import eagle, medusa, sps
-from .drafters.base import Drafter, NoDraft
+from .drafters.base import Drafter, NoDraft, TreePick
 from .drafters.lookup import stop_ids_of
 from .drafters.pld import PromptLookupDrafter
 from .drafters.toy import ToyDrafter
@@ -132,7 +132,7 @@ def accepted_options(name: str) -> tuple:
     if spec.options is not None:
         return spec.options
     params = list(inspect.signature(spec.factory).parameters.values())[1:]
-    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "tuned")
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "pick")
 
 
 def make_drafter(name: str, target, tree_size: str = "auto", **options) -> Drafter:
@@ -146,12 +146,13 @@ def make_drafter(name: str, target, tree_size: str = "auto", **options) -> Draft
         raise SpecVizError(f"tree_size is 'auto' (this device's tuned tree) or 'paper', not {tree_size!r}.")
     if spec.tunable and not any(options.get(k) is not None for k in spec.shape_options):
         folder = options.get("head_dir") or head_dir(name, target)
-        options["tuned"] = tuning.tree_for(target, name, folder, tree_size, measure=False)
-        if options["tuned"] and spec.drawable and tree_size != "paper":
+        record = tuning.tree_for(target, name, folder, tree_size, measure=False)
+        if record:
             # the fastest setting we know: at T > 0 its few drafts are drawn from q (kept with probability
-            # min(1, p/q), not p(x): tau 1.16 -> 1.33 at T = 1 on Spec-Bench dev, tree_build.build_sampled_tree);
-            # greedy decoding is unchanged. The papers' trees and the sidebar's keep EAGLE's top-k drafts.
-            options.setdefault("draw", "sample")
+            # min(1, p/q), not p(x): tree_build.build_sampled_tree, docs/tuning.md); greedy decoding is
+            # unchanged. The papers' trees and the sidebar's keep EAGLE's top-k drafts.
+            draw = "sample" if spec.drawable and tree_size != "paper" else "top"
+            options["pick"] = TreePick(record, draw=draw)
     return spec.factory(target, **options)
 
 

@@ -260,15 +260,16 @@ def test_time_candidates_runs_each_tree_against_vanilla(target):
 def test_a_tuned_drafter_uses_its_sampled_tree_only_at_t_above_0(target, method):
     """The tuner times trees greedy and at T = 1 (`tuned["sampled"]`); a drafter then drafts the
     greedy tree at T = 0 and the sampled one at any T > 0, and stays exact at T = 0."""
-    from specviz.drafters import eagle
     from specviz.core.sampling import SamplingParams
+    from specviz.drafters import eagle
+    from specviz.drafters.base import TreePick
 
     if method == "eagle3":
         tuned = dict(depth=3, total_tokens=8, top_k=8, sampled=dict(depth=1, total_tokens=2))
-        drafter = eagle.make_eagle3(target, tuned=tuned, draw="sample")
+        drafter = eagle.make_eagle3(target, pick=TreePick(tuned), draw="sample")
     else:
         tuned = dict(paths=EAGLE1_TREE[:7], sampled=dict(paths=EAGLE1_TREE[:1]))
-        drafter = eagle.make_eagle1(target, tuned=tuned)
+        drafter = eagle.make_eagle1(target, pick=TreePick(tuned))
     prompt = EXAMPLE_PROMPTS[0]
     greedy = SpeculativeDecoder(target, drafter, seed=0, detail=False).generate(prompt, 32)
     assert greedy.tokens == vanilla_generate(target, prompt, 32).tokens

@@ -14,32 +14,66 @@ timed one there (None: `shape` at every temperature).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from .. import SpecVizError
 from ..core.sampling import SamplingParams
 from ..core.tree import DraftTree
-from .shape import TreeShape
+from .shape import TreeShape, sampled_shape_of
 
 
 DRAFT_VOCAB = 8192  # tuned drafters that read the target's LM head draft over this many first ids, as many as EAGLE-3's
-
-
-def default_draft_vocab(draft_vocab, tuned: bool):
-    """The draft vocabulary of a drafter that reads the target's LM head (EAGLE-1/2, Medusa): `draft_vocab`
-    when given (0: all ids), else DRAFT_VOCAB on a tuned tree (the fastest setting we know, docs/tuning.md)
-    and all ids on the papers' trees, as the papers draft."""
-    return (DRAFT_VOCAB if tuned else 0) if draft_vocab is None else draft_vocab
 
 
 LOOKUP_TOKENS = 3  # the lookup branch of a tuned tree (EAGLE, Medusa): tokens copied (docs/tuning.md)
 LOOKUP_NGRAM = (2, 3)  # the tails it matches: 2 to 3 tokens (one token matched too often by chance)
 
 
-def default_lookup(lookup, tuned: bool) -> int:
+@dataclass(frozen=True)
+class TreePick:
+    """The tuner's choice for one drafter on this device, read by name (specviz.methods builds it from
+    `specviz.tuning`'s record; drafters never import the tuner).
+
+    `record` is the tuner's record as it is stored (the greedy tree: `paths`, or `depth`,
+    `total_tokens`, `top_k`, `min_prob`; the tree timed at T = 1 under `sampled`; its timings), kept for
+    `describe_tree` and the sidebar. The other fields are what a tuned tree drafts with besides its
+    shape: the draft vocabulary of a drafter that reads the target's LM head (DRAFT_VOCAB: the fastest
+    setting we know, docs/tuning.md), the lookup branch's tokens, and how drafts are picked at T > 0
+    ("sample": drawn from q; "top": EAGLE's top-k)."""
+
+    record: dict
+    draft_vocab: int = DRAFT_VOCAB
+    lookup: int = LOOKUP_TOKENS
+    draw: str = "top"
+
+    @property
+    def paths(self) -> list:
+        """The greedy static tree's paths (EAGLE-1, Medusa)."""
+        return self.record["paths"]
+
+    def dynamic(self) -> tuple[int, int, int, float]:
+        """The greedy dynamic tree (EAGLE-2/3): depth, total_tokens, top_k, min_prob."""
+        r = self.record
+        return int(r["depth"]), int(r["total_tokens"]), int(r["top_k"]), float(r.get("min_prob", 0.0))
+
+    def sampled_shape(self, greedy: TreeShape) -> TreeShape | None:
+        """The shape timed at T = 1 for a drafter whose greedy shape is `greedy` (None: none was timed)."""
+        s = self.record.get("sampled")
+        return sampled_shape_of(greedy, s) if s else None
+
+
+def default_draft_vocab(draft_vocab, pick: TreePick | None):
+    """The draft vocabulary of a drafter that reads the target's LM head (EAGLE-1/2, Medusa): `draft_vocab`
+    when given (0: all ids), else the pick's on a tuned tree and all ids on the papers' trees, as the papers draft."""
+    return (pick.draft_vocab if pick else 0) if draft_vocab is None else draft_vocab
+
+
+def default_lookup(lookup, pick: TreePick | None) -> int:
     """The lookup branch of a tree drafter (drafters.lookup): `lookup` copied tokens when given (0: none), else
-    LOOKUP_TOKENS on a tuned tree and none on the papers' trees, as the papers draft."""
-    return (LOOKUP_TOKENS if tuned else 0) if lookup is None else lookup
+    the pick's on a tuned tree and none on the papers' trees, as the papers draft."""
+    return (pick.lookup if pick else 0) if lookup is None else lookup
 
 
 def cut_vocabulary(draft_vocab, vocab_size: int) -> int | None:

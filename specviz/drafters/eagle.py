@@ -28,9 +28,9 @@ from ..core.sampling import SamplingParams, warp_logits
 from ..core.tree import DraftTree, RankedRows, VocabRows
 from ..core.tree_build import (EAGLE1_TREE, build_dynamic_tree, build_sampled_tree, build_static_tree, log_floor,
                                tree_from_candidates, tree_width)
-from .base import Drafter, cut_vocabulary, default_draft_vocab
+from .base import Drafter, TreePick, cut_vocabulary, default_draft_vocab
 from .lookup import LookupBranch, lookup_options
-from .shape import TreeShape, sampled_shape_of
+from .shape import TreeShape
 
 
 class EagleDrafter(Drafter):
@@ -360,52 +360,51 @@ def draft_window(head, window: int | None = None) -> int | None:
     return int(w) if w else None
 
 
-def _tuned(d: EagleDrafter, tuned: dict | None) -> EagleDrafter:
-    """A drafter given the tuner's pick: its greedy shape was built in; the shape timed at T = 1
-    (`tuned["sampled"]`) serves every T > 0, and the pick is kept for `describe`."""
-    if tuned:
-        sampled = tuned.get("sampled")
-        d.reshape(d.shape, sampled_shape_of(d.shape, sampled) if sampled else None)
-        d.tuning = tuned
+def _with_pick(d: EagleDrafter, pick: TreePick | None) -> EagleDrafter:
+    """A drafter given the tuner's pick: its greedy shape was built in; the shape timed at T = 1 serves
+    every T > 0, and the tuner's record is kept for `describe_tree`."""
+    if pick:
+        d.reshape(d.shape, pick.sampled_shape(d.shape))
+        d.tuning = pick.record
     return d
 
 
-def make_eagle1(target, head_dir=None, static_tree=None, tuned: dict | None = None, window=None, draft_vocab=None,
+def make_eagle1(target, head_dir=None, static_tree=None, pick: TreePick | None = None, window=None, draft_vocab=None,
                 lookup=None):
-    """EAGLE-1's static tree: `static_tree` paths, the device-tuned `tuned["paths"]` (the registry
-    asks `specviz.tuning`), or the paper's tree. `draft_vocab`: see `base.default_draft_vocab`; `lookup`:
+    """EAGLE-1's static tree: `static_tree` paths, the device-tuned `pick` (the registry asks
+    `specviz.tuning`), or the paper's tree. `draft_vocab`: see `base.default_draft_vocab`; `lookup`:
     `base.default_lookup`."""
     head, model, folder = _load(target, "eagle1", head_dir)
-    d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=tuned["paths"] if tuned else static_tree,
-                     window=draft_window(head, window), draft_vocab=default_draft_vocab(draft_vocab, tuned),
-                     **lookup_options(target, lookup, tuned))
-    return _tuned(d, tuned)
+    d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=pick.paths if pick else static_tree,
+                     window=draft_window(head, window), draft_vocab=default_draft_vocab(draft_vocab, pick),
+                     **lookup_options(target, lookup, pick))
+    return _with_pick(d, pick)
 
 
-def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_tokens, tuned, paper_depth, min_prob,
-                  window=None, draw="top", draft_vocab=None, lookup=None):
+def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_tokens, pick, paper_depth, min_prob,
+                  window=None, draw=None, draft_vocab=None, lookup=None):
     head, model, folder = _load(target, head_method, head_dir)
-    if tuned:
-        depth, total_tokens, top_k = tuned["depth"], tuned["total_tokens"], tuned["top_k"]
-        min_prob = tuned.get("min_prob", 0.0)
+    if pick:
+        depth, total_tokens, top_k, min_prob = pick.dynamic()
+    draw = draw or (pick.draw if pick else "top")
     d = EagleDrafter(head, model, name=name, tree="dynamic", depth=depth or paper_depth, top_k=top_k,
                      total_tokens=total_tokens or 24, min_prob=min_prob or 0.0, window=draft_window(head, window),
-                     draw=draw or "top", draft_vocab=draft_vocab, **lookup_options(target, lookup, tuned))
-    return _tuned(d, tuned)
+                     draw=draw, draft_vocab=draft_vocab, **lookup_options(target, lookup, pick))
+    return _with_pick(d, pick)
 
 
-def make_eagle2(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None,
-                min_prob=None, window=None, draw="top", draft_vocab=None, lookup=None):
+def make_eagle2(target, head_dir=None, depth=None, top_k=8, total_tokens=None, pick: TreePick | None = None,
+                min_prob=None, window=None, draw=None, draft_vocab=None, lookup=None):
     """EAGLE-2: the EAGLE-1 head with a dynamic tree (`tuned` from the registry, else the papers'
     CPU-scaled default of depth 5, 24 nodes; `min_prob`: see tree_build.build_dynamic_tree; `draw`: at T > 0,
     "sample" draws the drafts from q, tree_build.build_sampled_tree; `draft_vocab`: see `base.default_draft_vocab`;
     `lookup`: `base.default_lookup`)."""
-    return _make_dynamic(target, "eagle2", "eagle1", head_dir, depth, top_k, total_tokens, tuned, 5, min_prob, window,
-                         draw, default_draft_vocab(draft_vocab, tuned), lookup)
+    return _make_dynamic(target, "eagle2", "eagle1", head_dir, depth, top_k, total_tokens, pick, 5, min_prob, window,
+                         draw, default_draft_vocab(draft_vocab, pick), lookup)
 
 
-def make_eagle3(target, head_dir=None, depth=None, top_k=8, total_tokens=None, tuned: dict | None = None,
-                min_prob=None, window=None, draw="top", lookup=None):
+def make_eagle3(target, head_dir=None, depth=None, top_k=8, total_tokens=None, pick: TreePick | None = None,
+                min_prob=None, window=None, draw=None, lookup=None):
     """EAGLE-3: its own head with a dynamic tree (as for EAGLE-2; paper default depth 6)."""
-    return _make_dynamic(target, "eagle3", "eagle3", head_dir, depth, top_k, total_tokens, tuned, 6, min_prob, window,
+    return _make_dynamic(target, "eagle3", "eagle3", head_dir, depth, top_k, total_tokens, pick, 6, min_prob, window,
                          draw, lookup=lookup)

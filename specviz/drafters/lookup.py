@@ -83,7 +83,7 @@ def stop_ids_of(target) -> tuple:
     return tuple(getattr(getattr(target, "tokenizer", None), "special_ids", ()) or ())
 
 
-def lookup_options(target, lookup, tuned) -> dict:
-    """A tree drafter factory's lookup arguments (`lookup`: see `base.default_lookup`)."""
-    n = default_lookup(lookup, bool(tuned))
+def lookup_options(target, lookup, pick) -> dict:
+    """A tree drafter factory's lookup arguments (`lookup`, `pick`: see `base.default_lookup`)."""
+    n = default_lookup(lookup, pick)
     return {"lookup": n, "stop_ids": stop_ids_of(target) if n else ()}

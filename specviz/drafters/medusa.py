@@ -18,7 +18,7 @@ from ..heads.io import load_head, shipped_head_dir
 from ..core.sampling import SamplingParams, warp_logits
 from ..core.tree import DraftTree, RankedRows, VocabRows
 from ..core.tree_build import EAGLE1_TREE, build_static_tree
-from .base import Drafter, cut_vocabulary, default_draft_vocab
+from .base import Drafter, TreePick, cut_vocabulary, default_draft_vocab
 from .lookup import LookupBranch, lookup_options
 from .shape import TreeShape
 
@@ -105,8 +105,8 @@ def _softmax_top(lib, logits: torch.Tensor, temperature: float, k: int) -> Ranke
     return RankedRows(logits, top_v, top_i)
 
 
-def make_drafter(target, head_dir=None, tree=None, tuned: dict | None = None, draft_vocab=None, lookup=None):
-    """Medusa's static tree: `tree` paths, the device-tuned `tuned["paths"]` (the registry asks
+def make_drafter(target, head_dir=None, tree=None, pick: TreePick | None = None, draft_vocab=None, lookup=None):
+    """Medusa's static tree: `tree` paths, the device-tuned `pick` (the registry asks
     `specviz.tuning`), or the default sparse tree. `draft_vocab`: see `base.default_draft_vocab`; `lookup`:
     `base.default_lookup`."""
     model = target.model if hasattr(target, "model") else target
@@ -115,9 +115,9 @@ def make_drafter(target, head_dir=None, tree=None, tuned: dict | None = None, dr
         raise SpecVizError(f"No Medusa heads for {model.name} (looked in {folder}); train them with "
                            "`python -m specviz.train medusa`.")
     heads = load_head(folder, target=model, dtype=model.dtype)
-    d = MedusaDrafter(heads, model, tree=tuned["paths"] if tuned else tree, draft_vocab=default_draft_vocab(draft_vocab, tuned),
-                      **lookup_options(target, lookup, tuned))
-    if tuned:
-        d.reshape(d.shape, TreeShape.static(tuned["sampled"]["paths"]) if tuned.get("sampled") else None)
-        d.tuning = tuned
+    d = MedusaDrafter(heads, model, tree=pick.paths if pick else tree, draft_vocab=default_draft_vocab(draft_vocab, pick),
+                      **lookup_options(target, lookup, pick))
+    if pick:
+        d.reshape(d.shape, pick.sampled_shape(d.shape))
+        d.tuning = pick.record
     return d
