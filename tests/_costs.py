@@ -33,13 +33,13 @@ def predicted_pick(profile: dict, costs: dict, method: str, temperature: float) 
 def fixture_costs(target) -> dict:
     """The fixture table made current for `target`: this runtime's id, every tunable method's picks."""
     from specviz import methods, tuning
-    from specviz.tuning.ranking import _profile_dir
+    from specviz.tuning.ranking import profile_dir
 
     table = json.loads(FIXTURE.read_text())
     data = {k: v for k, v in table.items() if not k.startswith("pick.")}
     data.update(version=tuning.COSTS_VERSION, runtime=tuning.runtime_id(target.model), fixture=str(FIXTURE.name))
     for m in methods.TUNABLE:
-        folder = _profile_dir(target.model.name, m)
+        folder = profile_dir(target.model.name, m)
         profile = tuning.load_profile(folder, m) if folder else None
         if profile is None or f"draft.{m}" not in data:
             continue

@@ -87,7 +87,7 @@ def pinned_costs(monkeypatch):
 
         monkeypatch.setattr(tuning.pick, "device_costs", lambda *a, **k: costs)
         monkeypatch.setattr(tuning.pick, "time_candidates", predicted)
-        monkeypatch.setattr(tuning.pick, "_save_costs", lambda model, data: None)
+        monkeypatch.setattr(tuning.pick, "save_costs", lambda model, data: None)
         return lambda profile, method: max(tuning.shortlist(tuning.rank_trees(profile, costs, method)), key=lambda r: r["tok_s"])
 
     return pin

@@ -312,7 +312,7 @@ def test_floored_eagle3_is_lossless_and_sizes_its_tree_by_sureness(target):
     assert sum(len(t.accepted_nodes) for t in res.traces) > 0
 
 
-class _Keep(tuning._Recorder):
+class _Keep(tuning.Recorder):
     """Records every tree but lets the engine verify it (the real acceptance)."""
 
     def propose(self, context, root, params, generator):

@@ -395,7 +395,7 @@ def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_token
 
 def make_eagle2(target, head_dir=None, depth=None, top_k=8, total_tokens=None, pick: TreePick | None = None,
                 min_prob=None, window=None, draw=None, draft_vocab=None, lookup=None):
-    """EAGLE-2: the EAGLE-1 head with a dynamic tree (`tuned` from the registry, else the papers'
+    """EAGLE-2: the EAGLE-1 head with a dynamic tree (`pick` from the registry, else the papers'
     CPU-scaled default of depth 5, 24 nodes; `min_prob`: see tree_build.build_dynamic_tree; `draw`: at T > 0,
     "sample" draws the drafts from q, tree_build.build_sampled_tree; `draft_vocab`: see `base.default_draft_vocab`;
     `lookup`: `base.default_lookup`)."""

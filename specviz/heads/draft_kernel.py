@@ -55,10 +55,10 @@ class DraftKernel:
             self._bias = None if head.fc.bias is None else f32(head.fc.bias)
             self._tap_fc = None
             self._norms = (None, None, None)
-            self._lm, self._ids = head._lm_blocks, None
+            self._lm, self._ids = head.lm_blocks, None
             if vocab:  # the target's LM head rows of the first `vocab` ids only (EagleDrafter's draft_vocab)
                 self._ids = torch.arange(vocab)
-                self._lm = head._lm_blocks.rows(self._ids)
+                self._lm = head.lm_blocks.rows(self._ids)
         self.vocab_rows = self._lm.n
         self.args = qkernel.DraftArgs(
             head.kernel_layer.blocks.args, self._embed.data_ptr(), int(self.eagle3),
@@ -78,7 +78,7 @@ class DraftKernel:
             return None
         if head._embed.device.type != "cpu":
             return None
-        if head.method != "eagle3" and head._lm_blocks is None:
+        if head.method != "eagle3" and head.lm_blocks is None:
             return None
         if head.method == "eagle3" and head.lm_head.in_features % 32:
             return None

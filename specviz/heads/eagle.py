@@ -148,6 +148,11 @@ class EagleHeadBase(nn.Module):
         self._lm_blocks = lm_head_blocks
         return self
 
+    @property
+    def lm_blocks(self):
+        """The target's LM head as GGUF blocks when `bind` was given them (None: the dense matrix)."""
+        return self._lm_blocks
+
     def embed(self, tokens):
         """The target's embedding of `tokens`, on the head's device and in its dtype."""
         w = self.fc.weight

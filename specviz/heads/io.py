@@ -55,7 +55,7 @@ def save_head(head, folder, dtype=torch.float16, extra: dict | None = None) -> P
     return folder
 
 
-def _read_state(folder: Path) -> dict:
+def read_state(folder: Path) -> dict:
     files = sorted(folder.glob("*.safetensors"))
     try:
         if files:
@@ -101,7 +101,7 @@ def load_head(folder, target_cfg=None, device=None, dtype=torch.float32, target=
         cfg = json.loads((folder / "config.json").read_text())
     except ValueError as e:
         raise SpecVizError(f"{folder}/config.json is not valid JSON: {e}") from e
-    sd = {k: v for k, v in _read_state(folder).items() if k not in _IGNORED}
+    sd = {k: v for k, v in read_state(folder).items() if k not in _IGNORED}
     method = detect_method(sd)
     if target is not None and target_cfg is None:
         target_cfg = target.cfg

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from .. import SpecVizError
 from ..heads.eagle import Eagle1Head, Eagle3Head, head_config_from_target
-from ..heads.io import _read_state, detect_method, load_head, save_head
+from ..heads.io import read_state, detect_method, load_head, save_head
 from ..heads.medusa import MedusaHeads
 from ..machine import cpu_has_bf16
 from ..core.target import load_target
@@ -90,7 +90,7 @@ def init_head(folder, tcfg, method, grow_to: int = 0, data: SeqData | None = Non
 
     The EAGLE-3 head keeps its own draft vocabulary (d2t), so its LM-head rows stay meaningful;
     `grow_to` > its size adds the data's most frequent response tokens it lacks (`grow_vocab`)."""
-    found = detect_method(_read_state(Path(folder)))
+    found = detect_method(read_state(Path(folder)))
     if found != method:
         raise SpecVizError(f"--init {folder} holds a {found} head, not {method}.")
     head = load_head(folder, target_cfg=tcfg, dtype=torch.float32)

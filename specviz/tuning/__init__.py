@@ -27,7 +27,7 @@ from __future__ import annotations
 from ..machine import forward_curve, interpolate, runtime_id  # noqa: F401  (read by the tests and pages through here)
 from .costs import COSTS_VERSION, GRID, OVERHEAD_SIZES, STALE_FACTOR, cost_file, device_costs  # noqa: F401
 from .pick import SAMPLED_AT, TUNED_DRAFTING, time_candidates, tree_for, tuned_tree  # noqa: F401
-from .profiles import (MAX_DEPTH, MIN_PROBS, PROFILE_FILE, _Recorder, collect_profile, dynamic_accepts,  # noqa: F401
+from .profiles import (MAX_DEPTH, MIN_PROBS, PROFILE_FILE, Recorder, collect_profile, dynamic_accepts,  # noqa: F401
                        floor_rounds, load_profile, save_profile)
 from .ranking import (SHORTLIST_PROMPTS, SHORTLIST_TOKENS, candidate_shape, overhead_at, profile_id,  # noqa: F401
                       rank_trees, shape_key, shortlist)

@@ -204,11 +204,11 @@ def device_costs(target, method: str, profile: dict, remeasure: bool = False, lo
         data.setdefault("overhead", over.get("2", over["1"]))
         changed = True
     if changed:
-        _save_costs(model, data)
+        save_costs(model, data)
     return data
 
 
-def _save_costs(model, data: dict) -> None:
+def save_costs(model, data: dict) -> None:
     f = cost_file(model)
     f.parent.mkdir(parents=True, exist_ok=True)
     f.write_text(json.dumps(data, indent=1))

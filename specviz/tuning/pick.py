@@ -12,9 +12,9 @@ from ..drafters.base import DRAFT_VOCAB, LOOKUP_TOKENS, NoDraft
 from ..core.engine import SpeculativeDecoder
 from ..examples import EXAMPLE_PROMPTS
 from ..core.sampling import SamplingParams
-from .costs import _save_costs, device_costs
+from .costs import save_costs, device_costs
 from .profiles import load_profile
-from .ranking import (SHORTLIST_PROMPTS, SHORTLIST_TOKENS, _profile_dir, candidate_shape, profile_id, rank_trees,
+from .ranking import (SHORTLIST_PROMPTS, SHORTLIST_TOKENS, profile_dir, candidate_shape, profile_id, rank_trees,
                       shape_key, shortlist)
 
 @torch.no_grad()
@@ -68,7 +68,7 @@ def tuned_tree(target, method: str, head_dir=None, log=None, build=None, measure
     `head_dir`: default, the shipped folder holding the method's profile; `build`: see
     `device_costs` (specviz.methods.tune passes both). `measure=False`: only what was measured
     before (None when anything is missing): building a drafter never starts a timing run."""
-    head_dir = head_dir or _profile_dir(target.model.name, method)
+    head_dir = head_dir or profile_dir(target.model.name, method)
     profile = load_profile(head_dir, method) if head_dir else None
     if profile is None:
         return None
@@ -105,7 +105,7 @@ def _timed_pick(target, method, profile, costs, ranked, build, params: SamplingP
     pick = dict(profile=profile_id(profile), drafting=TUNED_DRAFTING, candidates=cands, vanilla_tok_s=vanilla["tok_s"],
                 prompts=SHORTLIST_PROMPTS, max_new_tokens=SHORTLIST_TOKENS, temperature=params.temperature)
     costs[key] = pick
-    _save_costs(target.model, costs)
+    save_costs(target.model, costs)
     return pick
 
 

@@ -21,7 +21,7 @@ MIN_PROBS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8)  # path-p
 PROFILE_FILE = "tree_profile.json"
 
 
-class _Recorder(WrappedDrafter):
+class Recorder(WrappedDrafter):
     """Wraps a drafter: keeps each proposed tree but hands the engine the root alone.
 
     The engine then decodes one token per round (vanilla speed and output), and every position
@@ -135,7 +135,7 @@ def collect_profile(target, inner, prompts: list, max_new_tokens: int = 96, n_ma
         # node k of a static tree is the k-th path in (length, path) order (tree_build.static_tree_shape)
         paths = sorted((list(p) for p in paths), key=lambda p: (len(p), p))
         count = [0] * (len(paths) + 1)
-    rec = _Recorder(inner)
+    rec = Recorder(inner)
     samples = 0
     per_prompt = []  # per prompt, per position with a known continuation: what every tree would accept there
     for j, prompt in enumerate(prompts):

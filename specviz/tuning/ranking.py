@@ -50,7 +50,7 @@ def _floor_draft(draft: dict, levels: int, width: int) -> float:
     return float(draft.get(f"{levels}:{width + 1}", draft[str(levels)]))
 
 
-def _profile_dir(model_name: str, method: str) -> Path | None:
+def profile_dir(model_name: str, method: str) -> Path | None:
     """The shipped head folder whose profile file holds `method` (EAGLE-2's lives with EAGLE-1's head)."""
     for f in sorted(shipped_head_dir(model_name, "").glob(f"*/{PROFILE_FILE}")):
         if load_profile(f.parent, method) is not None:
