@@ -21,19 +21,20 @@ class Mistake:
     kind: str  # one of CLASSES
     drafter: str  # what it runs on: "eagle3-chain" / "eagle1-chain" (that head drafting a chain of 4), "sps" (SpS, 4 drafts), "none"
     zoo: str | None = None  # the bug zoo's name when the mistake is one of its policies (specviz.bugs)
+    in_one_round: bool = False  # the mistake lives in one round's drafts or rule: the exact check at T = 1 applies
 
     def key(self, part: str) -> str:
         return f"mis.{self.name}.{part}"
 
 
 MISTAKES: tuple[Mistake, ...] = (
-    Mistake("target-trained", "breaks", "eagle1-chain"),
+    Mistake("target-trained", "breaks", "eagle1-chain", in_one_round=True),
     Mistake("padding-no-mask", "breaks", "none"),
-    Mistake("scalar-residual", "breaks", "sps", zoo="scalar-residual"),
-    Mistake("stale-feature", "slower", "eagle3-chain"),
-    Mistake("hot-draft", "slower", "sps"),
+    Mistake("scalar-residual", "breaks", "sps", zoo="scalar-residual", in_one_round=True),
+    Mistake("stale-feature", "slower", "eagle3-chain", in_one_round=True),
+    Mistake("hot-draft", "slower", "sps", in_one_round=True),
     Mistake("no-bonus", "slower", "eagle3-chain"),
-    Mistake("uncached-draft", "slower", "eagle3-chain"),
+    Mistake("uncached-draft", "slower", "eagle3-chain", in_one_round=True),
     Mistake("correction-counted", "misreports", "eagle3-chain"),
     Mistake("rate-over-k-plus-1", "misreports", "eagle3-chain"),
     Mistake("uncached-baseline", "misreports", "eagle3-chain"),

@@ -119,7 +119,7 @@ def _decode(decoder: SpeculativeDecoder, ids, max_new_tokens: int, extra=None) -
                drafted, accepted)
 
 
-def _timed(fn, ids, max_new_tokens: int, target_tokens) -> Run:
+def _timed(fn, target_tokens) -> Run:
     t0 = time.perf_counter()
     toks = fn()
     secs = time.perf_counter() - t0
@@ -163,17 +163,12 @@ def exact_gap(user: TargetOracle, drafter, used: Target | None = None, variant: 
     return gap, accept
 
 
-def run_case(target: Target, name: str, ids: list[int], max_new_tokens: int = 32, vanilla: Run | None = None,
-             oracle: TargetOracle | None = None) -> CaseResult:
+def run_case(target: Target, name: str, ids: list[int], max_new_tokens: int = 32, vanilla: Run | None = None) -> CaseResult:
     """Run mistake `name` and the correct engine on the prompt `ids` (token ids), greedy, and the
-    exact checks at T = 1 where the mistake lives in one round. `vanilla` / `oracle`: reuse a
-    reference run / the user's T = 1 target rows at this prompt."""
+    exact checks at T = 1 where the mistake lives in one round. `vanilla`: reuse a reference run."""
     m = get(name)
     vanilla = vanilla or vanilla_run(target, ids, max_new_tokens)
-    user = oracle if oracle is not None and oracle.prompt == list(ids) else None
-    need_exact = m.name in ("target-trained", "scalar-residual", "stale-feature", "hot-draft", "uncached-draft")
-    if need_exact and user is None:
-        user = TargetOracle(target, ids, T1)
+    user = TargetOracle(target, ids, T1) if m.in_one_round else None  # the user's own p at the prompt
     return _CASES[m.name](m, target, ids, max_new_tokens, vanilla, user)
 
 
@@ -192,8 +187,8 @@ def _padding(m: Mistake, target, ids, n, vanilla, user) -> CaseResult:
     def cost(toks):
         return variants.PAD + len(toks)  # the padding, the prompt's last token and each new token but the last
 
-    correct = _timed(lambda: variants.padded_greedy(target, ids, n, mask_pads=True), ids, n, cost)
-    mistaken = _timed(lambda: variants.padded_greedy(target, ids, n, mask_pads=False), ids, n, cost)
+    correct = _timed(lambda: variants.padded_greedy(target, ids, n, mask_pads=True), cost)
+    mistaken = _timed(lambda: variants.padded_greedy(target, ids, n, mask_pads=False), cost)
     return CaseResult(m.name, m.kind, vanilla, correct, mistaken)
 
 
@@ -239,7 +234,7 @@ def _uncached_draft(m: Mistake, target, ids, n, vanilla, user) -> CaseResult:
     slow = variants.UncachedTargetDrafter(_drafter(target, m.drafter), target.model)
     mistaken = _decode(SpeculativeDecoder(target, slow, GREEDY, detail=False), ids, n, extra=slow)
     gc, ac = exact_gap(user, d)
-    gm, am = exact_gap(user, variants.UncachedTargetDrafter(_drafter(target, m.drafter), target.model))
+    gm, am = exact_gap(user, slow)  # after the run: its counters are read already
     return CaseResult(m.name, m.kind, vanilla, correct, mistaken, gc, gm, ac, am)
 
 
@@ -252,7 +247,7 @@ def _misreport(m: Mistake, target, ids, n, vanilla, user) -> CaseResult:
     elif m.name == "rate-over-k-plus-1":  # accepted / ((k + 1) x rounds), printed where tau is meant
         printed = Printed("tau", correct.accepted / ((k + 1) * correct.rounds), correct.tau)
     else:  # the speedup against a baseline without a KV cache, timed here beside the cached one
-        base = _timed(lambda: variants.uncached_greedy(target, ids, n), ids, n,
+        base = _timed(lambda: variants.uncached_greedy(target, ids, n),
                       lambda toks: sum(len(ids) + i for i in range(len(toks))) - (len(ids) - 1))
         true_base = vanilla_run(target, ids, n)
         printed = Printed("speedup", base.seconds / correct.seconds, true_base.seconds / correct.seconds)

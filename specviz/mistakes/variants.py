@@ -137,8 +137,7 @@ class HotDraftSpS(SpSDrafter):
 
     def propose(self, context, root, params, generator):
         hot = params if params.greedy else replace(params, temperature=params.temperature * self.factor)
-        tree = super().propose(context, root, hot, generator)
-        return tree
+        return super().propose(context, root, hot, generator)
 
 
 class NoBonusDecoder(SpeculativeDecoder):
