@@ -47,7 +47,6 @@ STRINGS: dict[str, tuple[str, str]] = {
     "mis.what.acceptance": ("acceptance rate", "接受率"),
     "mis.what.tau": ("\"acceptance rate\" = accepted / ((k+1) × rounds), shown where tau is meant", "“接受率” = 接受数 / ((k+1) × 轮数)，被当作 tau 展示"),
     "mis.what.speedup": ("speedup over the baseline", "相对基线的加速比"),
-    "mis.printed_vs_true": ("printed {printed:.3f}, true {true:.3f}", "打印 {printed:.3f}，真实 {true:.3f}"),
     "mis.outputs": ("Outputs (first 200 characters)", "输出（前 200 个字符）"),
     "mis.vanilla_out": ("vanilla", "普通解码"),
     "mis.answer": ("Why", "原因"),
