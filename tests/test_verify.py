@@ -221,7 +221,8 @@ def _tables(V, seed):
     def row(kind, prefix):
         key = (kind, prefix)
         if key not in memo:
-            g = torch.Generator().manual_seed(hash((seed, kind) + prefix) % (2**31))
+            # ints only: a str's hash changes per process (PYTHONHASHSEED), the tables must not
+            g = torch.Generator().manual_seed(hash((seed, "pq".index(kind)) + prefix) % (2**31))
             memo[key] = (torch.randn(V, generator=g) * 1.5).softmax(-1)
         return memo[key]
 
