@@ -526,3 +526,35 @@ def test_grow_vocab_keeps_the_trained_rows_and_adds_frequent_tokens(tiny, tmp_pa
     counts = token_frequencies(data, model.cfg.vocab_size)
     counts[old] = -1
     assert min(int(counts[a]) for a in added) >= int(counts.sort(descending=True).values[len(added)])
+
+
+def test_ablation_arms_share_init_data_and_steps_and_differ_only_in_the_idea(tiny, tmp_path):
+    """The five arms on the tiny target: one init digest, one data fingerprint and one step budget per
+    pair; the token-less head reads zeros for the token; the top-only arm reads other states than
+    the fused one (from the same init its fc learns other weights); a pair that differs in anything else is reported."""
+    from specviz.heads.eagle import Eagle1Head
+    from specviz.train.ablations import ARMS, PAIRS, check_pairs, run
+
+    model, data = tiny
+    out = tmp_path / "abl.json"
+    res = run(str(data), tmp_path / "work", out, [a.name for a in ARMS], steps=4, lr=3e-3, max_tokens=256,
+              draft_vocab=96, log=lambda s: None, model=model, warmup=2)
+    assert json.loads(out.read_text()) == res
+    arms = res["arms"]
+    assert set(arms) == {a.name for a in ARMS}
+    assert check_pairs(res) == []
+    for pair, (a, b) in PAIRS.items():
+        assert arms[a]["init"]["sha256"] and arms[a]["init"] == arms[b]["init"], pair
+        assert arms[a]["steps"] == arms[b]["steps"] == 4
+        assert arms[a]["data"] == arms[b]["data"] and arms[a]["data"]["shards"] == 3
+        assert len(arms[a]["heldout"]["acc"]) == 6
+    assert arms["eagle3-no-ttt"]["ttt_steps"] == 1 and arms["eagle3"]["ttt_steps"] == 4
+    fused, top = (load_head(tmp_path / "work" / n / "head", target=model) for n in ("eagle3", "eagle3-top"))
+    assert not torch.equal(fused.fc.weight, top.fc.weight)  # same init, other inputs: other gradients
+    no_tok = load_head(tmp_path / "work" / "eagle1-no-token" / "head", target=model)
+    with_tok = load_head(tmp_path / "work" / "eagle1" / "head", target=model)
+    assert isinstance(no_tok, Eagle1Head) and not no_tok.token_input and with_tok.token_input
+    t = torch.tensor([[3, 5]])
+    assert not no_tok.embed(t).any() and with_tok.embed(t).any()
+    arms["eagle1-no-token"]["steps"] = 5
+    assert check_pairs(res) == ["token: steps differs (4 vs 5)"]

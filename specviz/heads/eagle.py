@@ -153,10 +153,18 @@ class EagleHeadBase(nn.Module):
         """The target's LM head as GGUF blocks when `bind` was given them (None: the dense matrix)."""
         return self._lm_blocks
 
+    @property
+    def token_input(self) -> bool:
+        """Whether the head reads the shifted token beside the feature (False: an ablation that
+        feeds zeros in the token's place, to measure what the token buys; `specviz.train.ablations`)."""
+        return (self.config.get("specviz") or {}).get("token_input", True)
+
     def embed(self, tokens):
-        """The target's embedding of `tokens`, on the head's device and in its dtype."""
+        """The target's embedding of `tokens`, on the head's device and in its dtype (zeros for a
+        head trained without the token input)."""
         w = self.fc.weight
-        return F.embedding(tokens.to(self._embed.device), self._embed).to(w.device, w.dtype)
+        emb = F.embedding(tokens.to(self._embed.device), self._embed).to(w.device, w.dtype)
+        return emb if self.token_input else torch.zeros_like(emb)
 
     # per-architecture pieces -------------------------------------------------
     def decoder_layer(self) -> nn.Module:

@@ -14,6 +14,7 @@ from ..loading import cache_root
 from .data import GenConfig, build, default_data_dir
 from .evaluate import main as eval_main
 from .sps import train_sps
+from .ablations import ARMS, SHIPPED as ABLATIONS_JSON, check_pairs, run as run_ablations
 from .trainers import TrainConfig, train
 
 
@@ -103,6 +104,11 @@ def main(argv=None):
                        help="with --init: grow an EAGLE-3 head's draft vocabulary to --draft-vocab tokens (the new rows "
                             "start from the target's LM head)")
         t.add_argument("--model", default=None, help="the target checkpoint (default: SmolLM2)")
+        t.add_argument("--no-token-input", action="store_true",
+                       help="EAGLE-1 ablation: the head reads zeros where the shifted token's embedding goes")
+        t.add_argument("--taps", default="three", choices=["three", "top"],
+                       help="EAGLE-3: fuse the low, middle and high layers (three), or read the final state alone (top, "
+                            "an ablation)")
         t.add_argument("--feature-dtype", default="bf16", choices=["bf16", "fp32"],
                        help="token-only data on a GPU: precision of the target pass that recomputes states and labels")
     t = sub.add_parser("sps", help="distil the small SpS draft model (a Hugging Face Llama)")
@@ -130,6 +136,18 @@ def main(argv=None):
                         "'depth=6 top_k=8 total_tokens=24'")
     e.add_argument("--out", default=None)
     e.add_argument("--threads", type=int, default=0)
+    a = sub.add_parser("ablate", help="train the ablation arms (EAGLE-1 without the token, EAGLE-3 without training-time "
+                                      "test, EAGLE-3 on the top layer only) from one init, data and step budget")
+    a.add_argument("--data", default=None, help="data folder (default: the user cache)")
+    a.add_argument("--arms", default=",".join(x.name for x in ARMS))
+    a.add_argument("--steps", type=int, default=600, help="steps per arm, the same for every arm")
+    a.add_argument("--lr", type=float, default=1.5e-3)
+    a.add_argument("--max-tokens", type=int, default=1024, help="tokens per batch")
+    a.add_argument("--draft-vocab", type=int, default=8192)
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--work", default=None, help="checkpoints and heads (default: <cache>/train/ablations)")
+    a.add_argument("--out", default=str(ABLATIONS_JSON), help="the JSON the Inside EAGLE page draws")
+    a.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
     if getattr(args, "threads", 0):
         torch.set_num_threads(args.threads)
@@ -146,6 +164,13 @@ def main(argv=None):
                         exclude_files=[p for p in args.exclude.split(",") if p], conversations=args.conversations,
                         prefill_dtype=args.prefill_dtype, device=args.device)
             print(f"data in {out} ({time.time() - t0:.0f} s)")
+        elif args.cmd == "ablate":
+            names = [n for n in args.arms.split(",") if n]
+            res = run_ablations(str(args.data or default_data_dir()), Path(args.work or cache_root() / "train" / "ablations"),
+                                Path(args.out), names, args.steps, args.lr, args.max_tokens, args.draft_vocab, args.seed)
+            for problem in check_pairs(res):
+                print(f"warning: {problem}", file=sys.stderr)
+            print(f"ablations in {args.out}")
         elif args.cmd == "eval":
             eval_main(args)
         elif args.cmd == "sps":
@@ -170,6 +195,7 @@ def main(argv=None):
                 device=args.device or ("cuda" if torch.cuda.is_available() else "cpu"), autocast=args.autocast,
                 eval_every=args.eval_every, init=args.init, follow=args.follow, model=args.model or "",
                 feature_dtype=args.feature_dtype, grow_vocab=args.grow_vocab,
+                token_input=not args.no_token_input, taps=args.taps,
             )
             train(cfg)
             print(f"head exported to {cfg.out}")

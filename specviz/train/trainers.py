@@ -9,6 +9,7 @@ checkpoints are written every few minutes and a restarted run resumes from the l
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -58,12 +59,21 @@ class TrainConfig:
     model: str = ""  # the target checkpoint (default: SmolLM2)
     grow_vocab: bool = False  # with init: grow an EAGLE-3 head's draft vocabulary to draft_vocab tokens
     feature_dtype: str = "bf16"  # token-only data: precision of the target pass that recomputes taps and labels on a GPU
+    token_input: bool = True  # EAGLE-1/2: read the shifted token beside the feature (False: the ablation without it)
+    taps: str = "three"  # EAGLE-3: "three" fuses the low, middle and high taps; "top" feeds the final state to all three slots
     extra: dict = field(default_factory=dict)
 
 
-def _tap_keys(method, tcfg):
-    if method == "eagle3":
+def _tap_keys(method, tcfg, taps: str = "three"):
+    """The cached states an EAGLE-3 head fuses (low, middle, high), or EAGLE-1's one final state.
+    `taps="top"`: the final state in all three slots of the same fc, the ablation of fusion (the head
+    keeps its shape and init; only what it reads changes)."""
+    if taps not in ("three", "top"):
+        raise SpecVizError(f"taps={taps!r}: choose 'three' (low, middle and high layers fused) or 'top'.")
+    if method == "eagle3" and taps == "three":
         return [str(t) for t in tcfg.eagle3_layers()]
+    if method == "eagle3":
+        return ["final"] * 3
     return ["final"]
 
 
@@ -77,6 +87,8 @@ def build_head(method, tcfg, cfg: TrainConfig, data: SeqData, target_model):
             head.norm.weight.copy_(target_model.norm.float())
     elif method == "eagle1":
         head = Eagle1Head(head_config_from_target(tcfg, bias=True))
+        if not cfg.token_input:
+            head.config.setdefault("specviz", {})["token_input"] = False
     elif method == "medusa":
         head = MedusaHeads(dict(hidden_size=tcfg.hidden_size, vocab_size=tcfg.vocab_size,
                                 medusa_num_heads=cfg.medusa_heads, medusa_num_layers=1, shared_lm_head=True))
@@ -312,7 +324,7 @@ def train(cfg: TrainConfig, log=print, model=None):
     if model is None:
         model = load_target(cfg.model or None, dtype=torch.float32, device="cpu").model
     tcfg = model.cfg
-    taps = _tap_keys(cfg.method, tcfg)
+    taps = _tap_keys(cfg.method, tcfg, cfg.taps)
     t_load = time.time()
     data = SeqData(cfg.data_dir, "train", taps=taps, max_shards=cfg.max_shards or None)
     held = SeqData(cfg.data_dir, "heldout", taps=taps, max_shards=cfg.max_shards or None)
@@ -322,6 +334,7 @@ def train(cfg: TrainConfig, log=print, model=None):
     head = (init_head(cfg.init, tcfg, cfg.method, cfg.draft_vocab if cfg.grow_vocab else 0, data, model) if cfg.init
             else build_head(cfg.method, tcfg, cfg, data, model))
     head = head.to(dev)
+    init_sha = state_digest(head)  # before any resume: the weights this run started from
     embed = model.embed.to(dev)
     head.bind(embed, embed if tcfg.tie_embeddings else model.lm_head.to(dev))
     opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95),
@@ -330,6 +343,7 @@ def train(cfg: TrainConfig, log=print, model=None):
     ckdir.mkdir(parents=True, exist_ok=True)
     ck_path = ckdir / "last.pt"
     state = resume(ck_path, head, opt, "head", dev, log)
+    state.setdefault("init_sha256", init_sha)
     # after resume: a resumed EAGLE-3 head keeps the draft vocabulary (d2t) it was trained with,
     # even when the data has grown since and would pick a slightly different one
     vocab_ids = loss_vocab(cfg.method, head, data, tcfg, cfg).to(dev)
@@ -421,7 +435,7 @@ def train(cfg: TrainConfig, log=print, model=None):
 
 
 def export(cfg, head, state, ev, ev_all, n_seq, n_tok, n_resp):
-    info = dict(method=cfg.method, steps=state["step"], epochs=state["epoch"] + state["pos_in_epoch"] / 1e9,
+    info = dict(method=cfg.method, steps=state["step"], init_sha256=state.get("init_sha256"), epochs=state["epoch"] + state["pos_in_epoch"] / 1e9,
                 wall_minutes=round(state["elapsed"] / 60, 1), train_sequences=n_seq, train_tokens=n_tok,
                 train_response_positions=n_resp, heldout_greedy=ev, heldout_all=ev_all,
                 config={k: v for k, v in cfg.__dict__.items() if k not in ("extra",)})
@@ -429,6 +443,15 @@ def export(cfg, head, state, ev, ev_all, n_seq, n_tok, n_resp):
     save_head(head, out, dtype=torch.float16, extra=dict(trained_by="specviz.train", **{k: info[k] for k in ("method", "steps", "wall_minutes")}))
     (out / "train_info.json").write_text(json.dumps(dict(info, history=state["history"]), indent=1))
     return out
+
+
+def state_digest(module) -> str:
+    """A short digest of a module's weights and buffers: two runs that start from the same head say so."""
+    h = hashlib.sha256()
+    for name, t in sorted(module.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 def resume(ck_path: Path, module, opt, key: str, device, log) -> dict:
