@@ -23,6 +23,7 @@ pages = [
     st.Page("views/serving.py", title=tr("nav.batch"), icon=":material/groups:", url_path="batch"),
     st.Page("views/rule.py", title=tr("nav.rule"), icon=":material/casino:", url_path="rule"),
     st.Page("views/mistakes.py", title=tr("nav.mistakes"), icon=":material/bug_report:", url_path="mistakes"),
+    st.Page("views/inside.py", title=tr("nav.inside"), icon=":material/psychology:", url_path="inside"),
 ]
 st.session_state["_in_app_run"] = True
 try:

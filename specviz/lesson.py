@@ -307,10 +307,11 @@ def cost_curve(target, measure: bool = False) -> tuple[dict, dict]:
         curve = d.get("by_dtype", {}).get("fp32", {}).get("forward_ms")
         if curve:
             return dict(curve), {"file": f"{BENCH_CURVE.parent.name}/{BENCH_CURVE.name}", "date": d.get("date", "?")[:10],
-                                 "weights": d.get("settings", {}).get("weights", "?")}
+                                 "weights": d.get("settings", {}).get("weights", "?"), "machine": d.get("machine") or {}}
     curve = forward_curve(target.model, sizes=(1, 4, 16, 25, 64), context=300, repeats=5)
     return ({str(k): 1000 * v for k, v in curve.items()},
-            {"file": "python -m specviz.lesson record --measure", "date": time.strftime("%Y-%m-%d"), "weights": "fp32"})
+            {"file": "python -m specviz.lesson record --measure", "date": time.strftime("%Y-%m-%d"), "weights": "fp32",
+             "machine": _machine()})
 
 
 def record_machine(target, measure: bool = False, log=print) -> dict:

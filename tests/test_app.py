@@ -609,3 +609,38 @@ def test_spot_the_mistake_page_wrong_guess_right_guess_and_a_run(new_app, langua
     ok(at)
     assert at.error and "no-bonus" not in at.session_state["mis_results"]
     assert len(at.session_state["mis_answers"]) == 3
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_inside_the_drafter_page_recorded_then_live(new_app, language):
+    """Every tab drawn from the recording without a traceback or an English leftover in Chinese; then
+    the live views on the user's prompt, and an empty prompt refused inline."""
+    from test_zh import english_left
+
+    from specviz.i18n import t
+
+    at = ok(new_app().run())
+    if language == "zh":
+        side(at, "selectbox", "lang", "zh")
+    at.switch_page("views/inside.py").run()
+    ok(at)
+    assert at.title[0].value == t("ins.title", language)
+    assert len(at.tabs) == 6
+    assert len(at.get("plotly_chart")) >= 8
+    if language == "zh":
+        assert not english_left(at.main), english_left(at.main)
+    at.radio(key="ins_cal_kind").set_value("path").run()
+    ok(at)
+    at.radio(key="ins_mode").set_value("live").run()
+    ok(at)
+    assert at.info  # nothing computed yet: the recording is shown and the page says so
+    at.text_input(key="ins_prompt").set_value("Write a haiku about the sea.").run()
+    at.button(key="ins_compute").click().run()
+    ok(at)
+    live = at.session_state["ins_live"]
+    assert live["feature"]["steps"][0]["reads"] == "target" and live["expansion"]["levels"]
+    assert any(t("ins.live_on", language) in c.value for c in at.caption)
+    at.text_input(key="ins_prompt").set_value("   ").run()
+    at.button(key="ins_compute").click().run()
+    ok(at)
+    assert at.error and at.session_state["ins_live"] is live  # the last good result is kept

@@ -357,3 +357,26 @@ def test_spot_the_mistake(server, browser):
     open_page(browser, f"{server}/mistakes?lang=zh&case=uncached-baseline")
     assert "找错误" in browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"] h1').text
     shot(browser, "mistakes_zh")
+
+
+def test_inside_the_drafter(server, browser):
+    """Each tab of Inside the drafter in a real browser: the figures render (Plotly and Graphviz), no
+    error; one screenshot per view, then the page in Chinese."""
+    open_page(browser, f"{server}/inside")
+    no_errors(browser)
+    tabs = browser.find_elements(By.CSS_SELECTOR, '[data-testid="stTab"]')
+    assert len(tabs) == 6, [t.text for t in tabs]
+    names = ["inside_feature", "inside_expansion", "inside_fusion", "inside_ttt", "inside_vocab", "inside_ablations"]
+    for tab, name in zip(tabs, names):
+        tab.click()
+        idle(browser)
+        no_errors(browser)
+        panel = browser.find_element(By.CSS_SELECTOR, '[data-testid="stTabs"] [role="tabpanel"]:not([hidden])')
+        if name in ("inside_fusion", "inside_ttt"):
+            assert panel.find_elements(By.CSS_SELECTOR, "svg"), name  # the Graphviz diagram drew
+        if name != "inside_ablations" or "ablate" not in panel.text:
+            assert panel.find_elements(By.CSS_SELECTOR, ".js-plotly-plot"), name
+        shot(browser, name)
+    open_page(browser, f"{server}/inside?lang=zh")
+    assert "草稿器内部" in browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"] h1').text
+    shot(browser, "inside_zh")

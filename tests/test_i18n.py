@@ -7,7 +7,7 @@ from specviz.i18n import S, t
 
 
 def test_each_key_lives_in_one_table():
-    tables = (i18n.app, i18n.figures, i18n.pages, i18n.rule, i18n.lesson, i18n.batch, i18n.mistakes)
+    tables = (i18n.app, i18n.figures, i18n.pages, i18n.rule, i18n.lesson, i18n.batch, i18n.mistakes, i18n.inside)
     counts = Counter(k for tab in tables for k in tab.STRINGS)
     assert [k for k, n in counts.items() if n > 1] == []
     assert set(counts) == set(S)

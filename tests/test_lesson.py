@@ -170,3 +170,16 @@ def test_trace_json_equals_dataclasses_asdict():
         tr = LS.load_round(key).trace
         assert tr.to_json() == json.dumps(dataclasses.asdict(tr), ensure_ascii=False)
         assert tr.to_dict()["nodes"][0] is not vars(tr.nodes[0])  # a copy: editing it leaves the trace alone
+
+
+def test_step_one_names_the_machine_its_curve_was_measured_on(new_app):
+    """The cost curve comes from a benchmark file: the caption names that file's CPU, not the
+    machine that recorded the lesson rounds."""
+    m = LS.load_machine()
+    src = m["forward_source"]
+    bench = json.loads((Path(LS.__file__).resolve().parent.parent / "assets" / src["file"]).read_text())
+    assert src["machine"]["cpu"] == bench["machine"]["cpu"]
+    at = new_app("views/lesson.py", timeout=60)
+    at.run()
+    caption = " ".join(c.value for c in at.caption)
+    assert f"{src['machine']['cpu']}, {src['machine']['threads']} threads" in caption, caption

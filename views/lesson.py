@@ -196,7 +196,8 @@ if sid == "s1":
     st.markdown(tr("lesson.s1.body", t1=t1, t25=t25, r25=t25 / t1, n25=25 * t1))
     st.plotly_chart(bottleneck_figure(c, L), key=f"l_curve{sfx}", config=CFG)
     src = machine.get("forward_source") or {}
-    st.caption(tr("lesson.curve_src", cpu=machine["machine"].get("cpu", "?"), th=machine["machine"].get("threads", "?"),
+    curve_machine = src.get("machine") or {}  # the machine the curve was measured on, not the lesson's recording machine
+    st.caption(tr("lesson.curve_src", cpu=curve_machine.get("cpu", "?"), th=curve_machine.get("threads", "?"),
                   file=src.get("file", "?"), date=src.get("date", "?"),
                   w=tr("lesson.w_blocks") if src.get("weights") == "blocks" else tr("lesson.w_dense")))
 

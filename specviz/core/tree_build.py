@@ -134,15 +134,21 @@ def build_dynamic_tree(root: int, expand, depth: int, top_k: int, total_tokens: 
     return tree_from_candidates(root, cand, cand_dist, total_tokens, floor)
 
 
+def kept_candidates(cand: list, total_tokens: int, floor: float = -math.inf) -> list[int]:
+    """Which scored candidates (score, parent candidate, ...) a dynamic tree of `total_tokens` keeps:
+    the best `total_tokens - 1` at least `floor`, closed under parents (EAGLE-2's rerank)."""
+    sure = (i for i in range(1, len(cand)) if cand[i][0] >= floor)
+    keep = heapq.nlargest(total_tokens - 1, sure, key=lambda i: (cand[i][0], -i))
+    return _close_under_parents(sorted(keep), cand)
+
+
 def tree_from_candidates(root: int, cand: list, cand_dist: dict, total_tokens: int, floor: float) -> DraftTree:
     """The dynamic tree kept from its scored candidates (score, parent candidate, token, q), candidate 0
     the root: the best `total_tokens - 1` at least `floor` (log), closed under parents, parents first and
     siblings in rank order. `cand_dist`: candidate -> (its level's rows, its row), for the kept nodes'
     `dists`. Shared by `build_dynamic_tree` and the drafting kernel's whole-tree call, which grows the
     same candidates in C++."""
-    sure = (i for i in range(1, len(cand)) if cand[i][0] >= floor)
-    keep = heapq.nlargest(total_tokens - 1, sure, key=lambda i: (cand[i][0], -i))
-    keep = _close_under_parents(sorted(keep), cand)
+    keep = kept_candidates(cand, total_tokens, floor)
     # order by depth then score so parents come first and siblings are in rank order
     depth_of = {0: 0}
     for i in sorted(keep):

@@ -325,7 +325,7 @@ def _stamp(folder: Path) -> tuple:
     return tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in folder.iterdir() if f.is_file()))
 
 
-def _load(target, method: str, head_dir=None):
+def shared_head(target, method: str, head_dir=None):
     """The head in `head_dir` (default: the shipped one) bound to the target. Loaded once per
     target and folder state and shared by every drafter: a head's weights are read-only, its
     per-sequence state lives in the drafter (a Start or a Compare run built it anew each time,
@@ -374,7 +374,7 @@ def make_eagle1(target, head_dir=None, static_tree=None, pick: TreePick | None =
     """EAGLE-1's static tree: `static_tree` paths, the device-tuned `pick` (the registry asks
     `specviz.tuning`), or the paper's tree. `draft_vocab`: see `base.default_draft_vocab`; `lookup`:
     `base.default_lookup`."""
-    head, model, folder = _load(target, "eagle1", head_dir)
+    head, model, folder = shared_head(target, "eagle1", head_dir)
     d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=pick.paths if pick else static_tree,
                      window=draft_window(head, window), draft_vocab=default_draft_vocab(draft_vocab, pick),
                      **lookup_options(target, lookup, pick))
@@ -383,7 +383,7 @@ def make_eagle1(target, head_dir=None, static_tree=None, pick: TreePick | None =
 
 def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_tokens, pick, paper_depth, min_prob,
                   window=None, draw=None, draft_vocab=None, lookup=None):
-    head, model, folder = _load(target, head_method, head_dir)
+    head, model, folder = shared_head(target, head_method, head_dir)
     if pick:
         depth, total_tokens, top_k, min_prob = pick.dynamic()
     draw = draw or (pick.draw if pick else "top")

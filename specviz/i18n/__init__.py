@@ -8,11 +8,11 @@ from __future__ import annotations
 
 LANGS = {"en": "English", "zh": "简体中文"}
 
-from . import app, batch, figures, lesson, mistakes, pages, rule
+from . import app, batch, figures, inside, lesson, mistakes, pages, rule
 
 # key -> (English, Chinese); each area keeps its own table, a key lives in exactly one (tests check)
 S: dict[str, tuple[str, str]] = {}
-for _table in (app, figures, pages, rule, lesson, batch, mistakes):
+for _table in (app, figures, pages, rule, lesson, batch, mistakes, inside):
     S.update(_table.STRINGS)
 
 
