@@ -65,8 +65,8 @@ def numerics() -> str:
 
 def cpu_has_bf16(cpuinfo: str | None = None) -> bool | None:
     """Whether the CPU computes bf16 natively (AVX-512 BF16 or AMX), None where /proc/cpuinfo does not
-    say (not Linux). Why: without them torch emulates bf16, and a bf16-autocast training step ran
-    >20x slower than fp32 on a Zen 3 (docs/runtime.md)."""
+    say (not Linux). Why: without them torch emulates bf16, and a bf16-autocast training step runs
+    many times slower than fp32 (docs/runtime.md, "Measured reasons behind code choices")."""
     flags = cpuinfo_field("flags", cpuinfo)
     if not flags:
         return None

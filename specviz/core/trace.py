@@ -80,7 +80,7 @@ class RoundTrace:
 
     def to_dict(self) -> dict:
         """The trace as plain dicts and lists, keys in field order: `dataclasses.asdict` without
-        its deep copy (5 ms for a 24-node round, paid by every step of a classroom server)."""
+        its deep copy (a cost paid by every step of a classroom server)."""
         d = dict(vars(self))
         d["nodes"] = [dict(vars(n)) for n in self.nodes]
         d["steps"] = [dict(vars(s)) for s in self.steps]

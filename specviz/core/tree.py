@@ -17,8 +17,8 @@ import torch
 class VocabRows:
     """Draft distributions [n, V] held as their nonzero columns: probs [n, Vd] over the target ids
     `ids` [Vd], every other column 0. EAGLE-3 drafts over 8,192 of the 49,152 tokens;
-    a round used to scatter each row into a fresh 49k-wide tensor and take its top-k there (~0.2 ms
-    of a ~6 ms round on a 2-core CPU), though a greedy round never reads a full row. `topk` works in
+    a round used to scatter each row into a fresh 49k-wide tensor and take its top-k there (a few % of
+    a CPU round), though a greedy round never reads a full row. `topk` works in
     the draft columns; `rows[r]` builds the full row when a rule or a picture needs it."""
 
     def __init__(self, probs: torch.Tensor, ids: torch.Tensor, vocab: int):

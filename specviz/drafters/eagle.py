@@ -328,8 +328,8 @@ def _stamp(folder: Path) -> tuple:
 def shared_head(target, method: str, head_dir=None):
     """The head in `head_dir` (default: the shipped one) bound to the target. Loaded once per
     target and folder state and shared by every drafter: a head's weights are read-only, its
-    per-sequence state lives in the drafter (a Start or a Compare run built it anew each time,
-    66 ms for the EAGLE-3 head)."""
+    per-sequence state lives in the drafter (a Start or a Compare run built it anew each time:
+    docs/runtime.md, "Measured reasons behind code choices")."""
     model = target.model if hasattr(target, "model") else target
     folder = Path(head_dir) if head_dir else shipped_head_dir(model.name, method)
     if not (folder / "config.json").is_file():

@@ -71,8 +71,9 @@ def _round_costs(target, drafter, configure, configs: list, sizes: dict, rounds:
     that a drift in the machine's speed hits all alike.
 
     Why real rounds: the head's weights are cold after the target's pass, and proposals timed in a
-    loop are ~3x cheaper than that; with the caches flushed by a bare weight pass instead they came
-    out ~0.4 ms dearer than the same proposal inside a round. The other cost ("overhead": LM-head rows
+    loop are several times cheaper than that; with the caches flushed by a bare weight pass instead they
+    came out dearer than the same proposal inside a round (docs/runtime.md, "Measured reasons behind code
+    choices"). The other cost ("overhead": LM-head rows
     past the prefetched ones, the acceptance walk, the commits, the trace) is the round minus its
     drafting, its target pass and that pass's first LM-head call (what the forward curve prices);
     "1" is a vanilla round's. It grows with the tree (~1 ms from 2 to 24 nodes here); one number

@@ -59,8 +59,8 @@ def tuned_tree(target, method: str, head_dir=None, log=None, build=None, measure
     profile x this device's costs rank every tree; the shortlist (`shortlist`) and vanilla are then
     timed on real rounds of a few built-in prompts (once per device and profile, cached with the
     costs) and the fastest measured tree wins. Why both: the model is cheap and covers every size,
-    but its errors (~0.5 ms a round, a few % of tau) are as large as the differences between the
-    best trees on a CPU, where it once picked a tree 10% slower than a 2-node one.
+    but its errors are as large as the differences between the best trees on a CPU, where it once
+    picked a tree slower than a 2-node one (docs/runtime.md, "Measured reasons behind code choices").
     The profile is greedy, so the shortlist is timed twice: greedy (the returned tree) and at
     T = 1 (`best["sampled"]`, the tree a drafter uses at any T > 0). Why: sampled rounds accept
     less, and a greedy pick (depth 2 with a path floor) once ran 0.92x vanilla at T = 1 where a

@@ -43,9 +43,9 @@ EXTRA_ID = -1  # customdata id of the extra (bonus / corrected) token drawn afte
 
 def spec_figure(data: list[dict], layout: dict) -> go.Figure:
     """A figure from plain Plotly JSON (traces with their "type"), not validated property by
-    property: the figures drawn on every stepped round cost 5-10 ms each through Plotly's
-    validators and `update_layout` path parsing, under the one GIL a classroom server shares
-    (30 students: ~15% of a step's CPU). tests/test_viz.py validates every builder's output."""
+    property: the figures drawn on every stepped round are costly through Plotly's validators and
+    `update_layout` path parsing, under the one GIL a classroom server shares (docs/runtime.md,
+    "Measured reasons behind code choices"). tests/test_viz.py validates every builder's output."""
     return go.Figure({"data": data, "layout": layout}, _validate=False)
 
 
