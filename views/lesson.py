@@ -259,6 +259,7 @@ elif sid == "s8":
         st.markdown(f"**{tr('m.' + r.spec['method'])}** · {tree_method_text(r)} · "
                     + tr("lesson.tau_round", c=len(r.trace.committed), a=len(r.trace.accepted_nodes)))
         st.plotly_chart(tree_figure(r.trace, L), key=f"l_cmp_{k}", config=CFG)
+    st.markdown(tr("lesson.s8.more"))
     provenance(rec)
 
 elif sid == "s9":

@@ -209,6 +209,23 @@ class DraftTree:
             rows.append(row)
         return rows
 
+    def level_rows(self, nodes: list[int], slot: dict, offset: int) -> list[list[bool]]:
+        """The mask of one drafting level, the other tree-mask builder: `nodes` are written after
+        `offset` tree entries already in the head's cache (node a at entry `slot[a]`); row r (entry
+        offset + r) sees its ancestors' entries and itself. The root is no entry: it is the committed
+        context, which every row sees anyway."""
+        width = offset + len(nodes)
+        rows = []
+        for r, i in enumerate(nodes):
+            row = [False] * width
+            a = self.parents[i]
+            while a > 0:
+                row[slot[a]] = True
+                a = self.parents[a]
+            row[offset + r] = True
+            rows.append(row)
+        return rows
+
     def attention_mask(self) -> torch.Tensor:
         """[N, N] bool: node i may attend to node j iff j is i or one of its ancestors (built in
         Python and made a tensor once: a torch op per node costs more than the whole list work)."""

@@ -202,18 +202,8 @@ class EagleDrafter(Drafter):
             need = [i for i in nodes if i not in outs]
             if need:
                 depths = tree.depths
-                T = len(need)
                 off = len(order)
-                rows = []  # which tree entries (and itself) each new entry sees: lists, one tensor
-                for r, i in enumerate(need):
-                    row = [False] * (off + T)
-                    a = tree.parents[i]
-                    while a > 0:
-                        row[slot[a]] = True
-                        a = tree.parents[a]
-                    row[off + r] = True
-                    rows.append(row)
-                block = torch.tensor(rows, dtype=torch.bool)
+                block = torch.tensor(tree.level_rows(need, slot, off), dtype=torch.bool)  # lists, one tensor
                 hid = torch.stack([self.step_feature(outs, tree.parents[i]) for i in need])[None]
                 tk = torch.tensor([[tree.tokens[i] for i in need]], device=self.device)
                 ps = torch.tensor([[n - 1 + depths[i] for i in need]], device=self.device)
@@ -292,16 +282,9 @@ class EagleDrafter(Drafter):
             need = [i for i in nodes if i not in outs]
             if need:
                 T, off, depths, parents = len(need), len(order), tree.depths, tree.parents
-                width = off + T
-                mask = bytearray(T * width)  # which earlier tree entries (and itself) each new entry sees
-                for r, i in enumerate(need):
-                    a = parents[i]
-                    while a > 0:
-                        mask[r * width + slot[a]] = 1
-                        a = parents[a]
-                    mask[r * width + off + r] = 1
+                mask = bytes(x for row in tree.level_rows(need, slot, off) for x in row)  # row-major, 0/1 bytes
                 o, *d = kernel.level([tree.tokens[i] for i in need], [outs[parents[i]].data_ptr() for i in need],
-                                     [n - 1 + depths[i] for i in need], self.cache, off, bytes(mask), T, temperature,
+                                     [n - 1 + depths[i] for i in need], self.cache, off, mask, T, temperature,
                                      top_k)
                 level = ranked(*d)
                 for r, i in enumerate(need):

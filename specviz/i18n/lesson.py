@@ -81,6 +81,8 @@ STRINGS: dict[str, tuple[str, str]] = {
                         "（录制机器上 {ms:.0f} 毫秒），使用块对角的掩码：每棵树只看到自己和所属用户的文本。B = 1 时，树的额外 token 搭乘单条序列闲置的算力；"
                         "在批次中，这部分算力已经在为其他用户服务，所以每个草稿 token 都在与他们的 token 争夺算力。"),
     "lesson.s11.curve": ("Measured with real batched rounds:", "用真实的批处理轮次测得："),
+    "lesson.s8.more": ("Why each of the three works, opened up on our own heads (the features a head reads and writes, EAGLE-2's levels and its calibration, EAGLE-3's three layers, training-time test, the draft vocabulary, and ablations trained here): [Inside the drafter](/inside).",
+                       "用我们自己的草稿头拆开看三者各自为什么有效（草稿头读写的特征、EAGLE-2 的逐层扩展与校准、EAGLE-3 的三层融合、训练时测试、草稿词表，以及本地训练的消融实验）：[草稿器内部](/inside)。"),
     "lesson.s11.more": ("The per-user speed, the numbers and a live run on this machine: [When speculation stops paying](/batch).",
                         "单个用户的速度、具体数字以及在本机实时运行，见[推测解码何时不再划算](/batch)页面。"),
     # ---- the lesson's cost table (specviz/viz/lesson.py)
