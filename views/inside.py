@@ -19,6 +19,7 @@ from specviz.app.prompts import prompt_ids
 from specviz.app.sidebar import page_setup
 from specviz.app.state import lang, tr
 from specviz.drafters.eagle import shared_head
+from specviz.i18n import t
 from specviz.heads.io import shipped_head_dir
 from specviz.inside import expansion, feature, fusion
 from specviz.inside.record import OUT as RECORDING, PAPER
@@ -46,7 +47,7 @@ rec = read_json(RECORDING)
 abl = read_json(ABLATIONS)
 live: dict | None = st.session_state.get("ins_live")
 
-mode = st.radio(tr("ins.source"), ["recorded", "live"], format_func=lambda k, lang=L: tr(f"ins.src.{k}"),
+mode = st.radio(tr("ins.source"), ["recorded", "live"], format_func=lambda k, lang=L: t(f"ins.src.{k}", lang),
                 horizontal=True, key="ins_mode")
 target = None
 if mode == "live":
@@ -117,8 +118,8 @@ with tabs[0]:
     else:
         a, b = u["branches"]
         st.markdown(tr("ins.u.body", p=u["p_top"][0][2], T=u["temperature"], a=a["text"], b=b["text"], c=u["features_cos"]))
-        if u.get("context_text"):
-            st.caption(tr("ins.u.context", c=u["context_text"][-160:]))
+        if u.get("prompt"):
+            st.caption(tr("ins.u.context", p=u["prompt"], c=u.get("context_text", "")[-160:]))
         rows = []
         for br in u["branches"]:
             row = {tr("ins.u.col.branch"): f"{br['text']!r} (p = {br['p']:.2f})",
@@ -130,7 +131,7 @@ with tabs[0]:
         st.plotly_chart(V.uncertainty_figure(u, L), key="ins_unc", config=CFG)
         if not all("without_token" in br for br in u["branches"]):
             st.caption(tr("ins.u.no_pair"))
-        st.caption(tr("ins.u.heads", h=u.get("heads", "?")))
+        st.caption(tr(f"ins.u.heads.{u.get('heads', 'shipped')}"))
     st.caption(source_note)
 
 # ---------------------------------------------------------------- 1b EAGLE-2 expansion, calibration
@@ -146,7 +147,7 @@ with tabs[1]:
     cal = rec["calibration"]
     st.markdown(tr("ins.c.body", r=sum(cal[m]["rounds"] for m in ("eagle2", "eagle3")),
                    n=sum(cal[m]["nodes"] for m in ("eagle2", "eagle3")), p=cal["prompts"], t=cal["new_tokens"]))
-    kind = st.radio(tr("ins.c.kind"), ["token", "path"], format_func=lambda k, lang=L: tr(f"ins.c.kind.{k}"),
+    kind = st.radio(tr("ins.c.kind"), ["token", "path"], format_func=lambda k, lang=L: t(f"ins.c.kind.{k}", lang),
                     horizontal=True, key="ins_cal_kind")
     st.plotly_chart(V.calibration_figure(cal, kind, L), key="ins_cal", config=CFG)
     cols = st.columns(2)

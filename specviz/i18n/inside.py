@@ -17,7 +17,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "ins.no_live": ("Type a prompt and press the button; until then the recorded views are shown.",
                     "输入提示词并点击按钮；在此之前显示录制结果。"),
     "ins.recorded_on": ("Recorded by `{cmd}` on {cpu} ({cpu_id}), {utc}; heads: {heads}.",
-                        "由 `{cmd}` 在 {cpu}（{cpu_id}）上录制，{utc}；草稿头：{heads}。"),
+                        "由 `{cmd}` 在 {cpu}（`{cpu_id}`）上录制，{utc}；草稿头：{heads}。"),
     "ins.live_on": ("Computed now on this machine from your prompt.", "刚刚在本机上根据你的提示词计算。"),
     "ins.missing": ("No recording found at `{path}`: run `{cmd}`.", "在 `{path}` 没有找到录制文件：请运行 `{cmd}`。"),
     "ins.step": ("draft step", "草稿步"),
@@ -32,12 +32,12 @@ STRINGS: dict[str, tuple[str, str]] = {
     # 1a features
     "ins.f.body": (
         "EAGLE-1's head does not predict the next token; it predicts the target's next **feature** (its last hidden state, {H} numbers), and the target's own LM head turns that feature into q. Step 1 reads the target's real feature at the last prompt position and, beside it, the token the target has just chosen there (the *shifted* token, one step ahead of the feature). Every later step reads the feature the head itself wrote one step before, and the token it drafted from it. Below: a greedy chain of {n} steps after the prompt, each step's input and output feature (the first {d} numbers), q's top tokens and the target's own choice.",
-        "EAGLE-1 的草稿头不直接预测下一个 token，而是预测目标模型的下一个**特征**（最后一层隐藏状态，{H} 个数），再由目标模型自己的 LM head 把这个特征变成 q。第 1 步读取目标模型在提示词最后一个位置的真实特征，同时读取目标模型刚在那里选出的 token（即*移位 token*，比特征超前一步）。之后每一步读取草稿头上一步自己写出的特征，以及它据此起草的 token。下面是在提示词之后的 {n} 步贪心草稿链：每一步的输入与输出特征（前 {d} 个数）、q 的最高几个 token，以及目标模型自己的选择。",
+        "EAGLE-1 的草稿头不直接预测下一个 token，而是预测目标模型的下一个**特征**（最后一层隐藏状态，{H} 个数），再由目标模型自己的输出头（`lm_head`）把这个特征变成 q。第 1 步读取目标模型在提示词最后一个位置的真实特征，同时读取目标模型刚在那里选出的 token（即*移位 token*，比特征超前一步）。之后每一步读取草稿头上一步自己写出的特征，以及它据此起草的 token。下面是在提示词之后的 {n} 步贪心草稿链：每一步的输入与输出特征（前 {d} 个数）、q 的最高几个 token，以及目标模型自己的选择。",
     ),
     "ins.f.src_target": ("target's f", "目标模型的 f"),
     "ins.f.src_head": ("head's own f", "草稿头自己的 f"),
-    "ins.f.row_in": ("step {k} reads: {src} + token {tok!s}", "第 {k} 步读取：{src} + token {tok!s}"),
-    "ins.f.row_out": ("step {k} writes → drafts {tok!s}", "第 {k} 步写出 → 起草 {tok!s}"),
+    "ins.f.row_in": ("step {k} reads: {src} + token {tok!s}", "第 {k} 步读取：{src} + token“{tok}”"),
+    "ins.f.row_out": ("step {k} writes → drafts {tok!s}", "第 {k} 步写出 → 起草“{tok}”"),
     "ins.f.strips_title": ("Features in and out of each draft step (first {n} dimensions)", "每个草稿步输入与输出的特征（前 {n} 维）"),
     "ins.f.dim": ("feature dimension", "特征维度"),
     "ins.f.drift_title": ("How close the written feature is to the target's real one (cosine), while the chain follows the target",
@@ -54,12 +54,13 @@ STRINGS: dict[str, tuple[str, str]] = {
     "ins.u.title": ("Why the shifted token: the same feature, two futures", "为什么需要移位 token：同一个特征，两种走向"),
     "ins.u.body": (
         "At this position of a real answer the target is unsure (top probability {p:.2f}), so sampling at T = {T} can go either way. We drew with seeds 0, 1, … until two different tokens came out: {a!s} and {b!s}. The feature that follows depends on which one was drawn (cosine between the two real next features: {c:.2f}). A head that reads the feature alone gets the same input in both cases and must draft the same q for both; the head that also reads the sampled token can follow each branch.",
-        "在一个真实回答的这个位置，目标模型并不确定（最高概率 {p:.2f}），所以在 T = {T} 下采样两种结果都可能出现。我们用种子 0、1、…… 依次采样，直到出现两个不同的 token：{a!s} 和 {b!s}。之后的特征取决于采到的是哪一个（两个真实后续特征之间的余弦：{c:.2f}）。只读特征的草稿头在两种情况下得到完全相同的输入，只能给出相同的 q；同时读取采样 token 的草稿头则能分别跟上每个分支。",
+        "在一个真实回答的这个位置，目标模型并不确定（最高概率 {p:.2f}），所以在 T = {T} 下采样两种结果都可能出现。我们用种子 0、1、…… 依次采样，直到出现两个不同的 token：“{a}”和“{b}”。之后的特征取决于采到的是哪一个（两个真实后续特征之间的余弦：{c:.2f}）。只读特征的草稿头在两种情况下得到完全相同的输入，只能给出相同的 q；同时读取采样 token 的草稿头则能分别跟上每个分支。",
     ),
     "ins.u.one_token": ("All {n} draws at this position gave the same token: the target is too sure here for the argument to show.",
                         "这个位置的 {n} 次采样都得到同一个 token：目标模型在这里过于确定，无法展示这个论点。"),
-    "ins.u.context": ("Context: “{c}”", "上下文：“{c}”"),
-    "ins.u.heads": ("Heads compared: {h}.", "比较的草稿头：{h}。"),
+    "ins.u.context": ("Prompt: “{p}”; the answer so far: “{c}”", "提示词：“{p}”；目前的回答：“{c}”"),
+    "ins.u.heads.pair": ("Heads compared: the EAGLE-1 ablation pair (same data, steps and init).", "比较的草稿头：EAGLE-1 消融实验的一对草稿头（相同数据、步数和初始化）。"),
+    "ins.u.heads.shipped": ("Head shown: the shipped EAGLE-1 head.", "显示的草稿头：发布的 EAGLE-1 草稿头。"),
     "ins.u.with_token": ("head reads feature + sampled token", "草稿头读取特征 + 采样 token"),
     "ins.u.without_token": ("head reads the feature alone", "草稿头只读取特征"),
     "ins.u.fig_title": ("Written feature vs the real next feature, per sampled branch (cosine)", "每个采样分支上，写出的特征与真实后续特征的余弦"),
@@ -73,7 +74,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     # 1b expansion
     "ins.e.body": (
         "EAGLE-2 grows the tree by the head's confidence. At each level it scores every child of the frontier by its path's cumulative log q, expands the best {k} of them, and keeps every scored candidate in a list. After {d} levels it reranks all candidates and keeps the best {n} (a child never scores above its parent, so the kept set is a tree). Orange: expanded but not kept; green: kept; grey: scored and pruned.",
-        "EAGLE-2 按草稿头的置信度生长草稿树。每一层对前沿所有子节点按路径累计 log q 打分，扩展其中最好的 {k} 个，并把所有打过分的候选都记下来。{d} 层之后对全部候选重新排序，保留最好的 {n} 个（子节点的分数不会高于父节点，所以保留下来的集合仍是一棵树）。橙色：被扩展但未保留；绿色：保留；灰色：打分后被剪掉。",
+        "EAGLE-2 按草稿头的置信度生长草稿树。每一层对前沿所有子节点按路径累计的 `log q` 打分，扩展其中最好的 {k} 个，并把所有打过分的候选都记下来。{d} 层之后对全部候选重新排序，保留最好的 {n} 个（子节点的分数不会高于父节点，所以保留下来的集合仍是一棵树）。橙色：被扩展但未保留；绿色：保留；灰色：打分后被剪掉。",
     ),
     "ins.e.kept": ("kept in the final tree", "保留在最终树中"),
     "ins.e.expanded": ("expanded, then dropped by the rerank", "被扩展，但在重排序中被去掉"),
@@ -114,23 +115,23 @@ STRINGS: dict[str, tuple[str, str]] = {
     # 1c fusion
     "ins.fu.body": (
         "EAGLE-3 drops the feature target: its head is trained on tokens only, so it no longer has to imitate the top layer and may read what it likes. It reads the inputs of three of the target's {L} layers, a low, a middle and a high one (layers {a}, {b} and {c} here), joins them into {H3} numbers and maps them back to {H} with one fc layer.",
-        "EAGLE-3 去掉了特征预测目标：草稿头只用 token 损失训练，不必再模仿最顶层，可以读取任何有用的信息。它读取目标模型 {L} 层中低、中、高三层的输入（这里是第 {a}、{b}、{c} 层），拼接成 {H3} 个数，再用一个 fc 层映射回 {H} 维。",
+        "EAGLE-3 去掉了特征预测目标：草稿头只用 token 损失训练，不必再模仿最顶层，可以读取任何有用的信息。它读取目标模型 {L} 层中低、中、高三层的输入（这里是第 {a}、{b}、{c} 层），拼接成 {H3} 个数，再用一个全连接层（`fc`）映射回 {H} 维。",
     ),
     "ins.fu.lens_body": (
         "A logit lens pushes each tap through the target's final norm and LM head, as if the network stopped there. At the prompt's last position the target's next token is {t!s}. The top of the network is sharp on it; the lower taps do not predict it yet, they carry the context instead. The head must draft the token **after** it ({u!s}), one step beyond what the top layer is specialised for: that is why EAGLE-3 also reads the lower layers.",
-        "logit lens 把每个抽头的状态直接送进目标模型的最终 norm 和 LM head，就好像网络在那里停止。在提示词最后一个位置，目标模型的下一个 token 是 {t!s}。网络顶部对它非常确定；较低的抽头还预测不出它，承载的是上下文信息。而草稿头要起草的是它**之后**的 token（{u!s}），比顶层专门擅长的预测再远一步：这就是 EAGLE-3 还要读取较低层的原因。",
+        "`logit lens` 把每个抽头的状态直接送进目标模型的最终 norm 和输出头，就好像网络在那里停止。在提示词最后一个位置，目标模型的下一个 token 是“{t}”。网络顶部对它非常确定；较低的抽头还预测不出它，承载的是上下文信息。而草稿头要起草的是它**之后**的 token（“{u}”），比顶层专门擅长的预测再远一步：这就是 EAGLE-3 还要读取较低层的原因。",
     ),
     "ins.fu.final": ("final state (normed)", "最终状态（归一化后）"),
     "ins.fu.head": ("EAGLE-3 head layer → draft", "EAGLE-3 草稿层 → 起草"),
     "ins.fu.input_of": ("input of layer {n}", "第 {n} 层的输入"),
-    "ins.fu.p_next": ("p(next token {tok!s}) through the lens", "经过 lens 后对下一个 token {tok!s} 的概率"),
+    "ins.fu.p_next": ("p(next token {tok!s}) through the lens", "经过 lens 后对下一个 token“{tok}”的概率"),
     "ins.fu.cos": ("cosine with the final state", "与最终状态的余弦"),
     "ins.fu.lens_title": ("What each tap already predicts (logit lens at the last prompt position)", "每个抽头已经能预测什么（提示词最后位置的 logit lens）"),
     "ins.fu.col.tap": ("tap", "抽头"),
     "ins.fu.col.top": ("top tokens through the lens", "经过 lens 的最高 token"),
-    "ins.fu.head_row": ("fused head drafts (token after {t!s})", "融合草稿头的草稿（{t!s} 之后的 token）"),
-    "ins.fu.head_right": ("The head's top draft is the target's choice there ({u!s}).", "草稿头的首选正是目标模型在那里的选择（{u!s}）。"),
-    "ins.fu.head_wrong": ("The head's top draft is not the target's choice there ({u!s}).", "草稿头的首选不是目标模型在那里的选择（{u!s}）。"),
+    "ins.fu.head_row": ("fused head drafts (token after {t!s})", "融合草稿头的草稿（“{t}”之后的 token）"),
+    "ins.fu.head_right": ("The head's top draft is the target's choice there ({u!s}).", "草稿头的首选正是目标模型在那里的选择（“{u}”）。"),
+    "ins.fu.head_wrong": ("The head's top draft is not the target's choice there ({u!s}).", "草稿头的首选不是目标模型在那里的选择（“{u}”）。"),
     # 1d training-time test
     "ins.t.body": (
         "Without a feature target, nothing keeps the head's written features close to the target's, and at drafting time step 2 onwards reads the head's own outputs, which training never showed it. Training-time test closes the gap: during training the head is unrolled for several steps, step 1 on the target's fused features, step k on its own output of step k − 1, and the token loss of every step counts (weight 0.8^(k−1)). The mask below is the one it trains with: a query of step k sees the context (step 1's keys up to its own index) and, of the later steps, only its own index.",
@@ -151,7 +152,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     # 1e vocabulary
     "ins.v.body": (
         "EAGLE-3's head scores only {d:,} of the target's {V:,} tokens: the most frequent ones in its training answers. `d2t[i]` maps draft id i to target id i + d2t[i]. Where the target's next token is outside this set, every draft of the head is wrong. Measured on the target's own greedy answers to {p} built-in prompts ({n:,} tokens):",
-        "EAGLE-3 的草稿头只为目标模型 {V:,} 个 token 中的 {d:,} 个打分：训练回答中最常见的那些。`d2t[i]` 把草稿编号 i 映射到目标编号 i + d2t[i]。当目标模型的下一个 token 不在这个集合里时，草稿头的任何草稿都必错。在目标模型对 {p} 个内置提示词的贪心回答上测量（{n:,} 个 token）：",
+        "EAGLE-3 的草稿头只为目标模型 {V:,} 个 token 中的 {d:,} 个打分：训练回答中最常见的那些。`d2t[i]` 把草稿编号 i 映射到目标编号 `i + d2t[i]`。当目标模型的下一个 token 不在这个集合里时，草稿头的任何草稿都必错。在目标模型对 {p} 个内置提示词的贪心回答上测量（{n:,} 个 token）：",
     ),
     "ins.v.title": ("The target's answer tokens and the draft vocabulary ({n} tokens, {share:.1%} outside)", "目标模型回答中的 token 与草稿词表（{n} 个 token，{share:.1%} 在词表外）"),
     "ins.v.tokens": ("answer tokens", "回答 token 数"),
@@ -162,7 +163,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "ins.v.lookup": ("The lookup branch of a tuned tree copies the {k} tokens that followed the last 2–3 tokens earlier in the context, whatever the vocabulary: it reaches names, numbers and quoted words that the head cannot draft.",
                      "调优后的树带有查找分支：它复制上下文中前面出现过的、紧跟在最近 2–3 个 token 之后的 {k} 个 token，不受词表限制，因此能覆盖草稿头无法起草的人名、数字和引用的词。"),
     "ins.v.common": ("Commonest answer tokens outside the draft vocabulary", "回答中最常见的词表外 token"),
-    "ins.v.d2t": ("A few rows of d2t", "d2t 的几行"),
+    "ins.v.d2t": ("A few rows of d2t", "`d2t` 的几行"),
     "ins.v.col.token": ("token", "token"),
     "ins.v.col.id": ("target id", "目标编号"),
     "ins.v.col.count": ("times", "次数"),
@@ -172,7 +173,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     # ablations
     "ins.a.body": (
         "Each idea measured with and without it on our 135M target: arms from the same init (one seed: identical starting weights, digest below), the same data ({seqs:,} conversations, {toks:,} tokens) and the same {steps} steps on this project's CPU. Judged on one held-out set ({anchors:,} positions) by top-1 agreement by draft step and the expected accepted length of a greedy chain (tau_chain). CPU-sized: the papers trained on ~68k conversations on GPUs.",
-        "在我们的 135M 目标模型上测量每个设计有无时的差别：各组从同一个初始化出发（同一个种子，起始权重完全相同，摘要见下），使用相同的数据（{seqs:,} 段对话，{toks:,} 个 token），在本项目的 CPU 上训练相同的 {steps} 步。在同一个留出集（{anchors:,} 个位置）上用按草稿步的 top-1 一致率和贪心草稿链的期望接受长度（tau_chain）评判。规模按 CPU 设定：论文在 GPU 上用约 6.8 万段对话训练。",
+        "在我们的 135M 目标模型上测量每个设计有无时的差别：各组从同一个初始化出发（同一个种子，起始权重完全相同，摘要见下），使用相同的数据（{seqs:,} 段对话，{toks:,} 个 token），在本项目的 CPU 上训练相同的 {steps} 步。在同一个留出集（{anchors:,} 个位置）上用按草稿步的首位（`top-1`）一致率和贪心草稿链的期望接受长度（tau_chain）评判。规模按 CPU 设定：论文在 GPU 上用约 6.8 万段对话训练。",
     ),
     "ins.a.missing": ("The ablations have not been trained on this checkout yet: `{cmd}` writes `{path}`.", "此版本尚未训练消融实验：`{cmd}` 会写出 `{path}`。"),
     "ins.a.title": ("tau_chain on the held-out set, with and without each idea", "留出集上的 tau_chain：有无各个设计"),
@@ -194,7 +195,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "ins.a.claim.fusion": ("**EAGLE-3 paper:** the top layer is specialised for the next token; fusing low, middle and high layers drafts better. **Here:** tau_chain {w:.3f} with three taps, {wo:.3f} with the final state alone ({d:+.3f}). {verdict}",
                            "**EAGLE-3 论文：** 顶层专门用于预测下一个 token；融合低、中、高三层的草稿更好。**本地：** 三层融合时 tau_chain 为 {w:.3f}，只用最终状态时为 {wo:.3f}（{d:+.3f}）。{verdict}"),
     "ins.a.papers": ("The papers' headline figures, for scale (their abstracts): EAGLE-1 sped up decoding 2.7x-3.5x on MT-bench; EAGLE-3 up to 6.5x, about 1.4x over EAGLE-2. Their ablation tables are quoted above by what they conclude, not by their figures, which we could not check here.",
-                     "论文的主要数字，仅供对比规模（见其摘要）：EAGLE-1 在 MT-bench 上把解码加速 2.7x-3.5x；EAGLE-3 最高 6.5x，约为 EAGLE-2 的 1.4 倍。上面对论文消融表只引用其结论而不引用具体数字，因为我们在这里无法核对那些数字。"),
+                     "论文的主要数字，仅供对比规模（见其摘要）：EAGLE-1 在 MT-bench 上把解码加速 2.7–3.5 倍；EAGLE-3 最高 6.5 倍，约为 EAGLE-2 的 1.4 倍。上面对论文消融表只引用其结论而不引用具体数字，因为我们在这里无法核对那些数字。"),
     "ins.a.verdict.holds": ("At this scale the claim holds.", "在这个规模下，结论成立。"),
     "ins.a.verdict.reversed": ("At this scale the arm without the idea did better: the claim does not show here.", "在这个规模下，没有该设计的一组反而更好：结论在这里没有体现。"),
     "ins.a.verdict.tie": ("At this scale the two arms are indistinguishable (|difference| < {eps}).", "在这个规模下，两组无法区分（差值绝对值 < {eps}）。"),

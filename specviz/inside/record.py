@@ -83,7 +83,7 @@ def record(n_prompts: int = 16, new: int = 64, log=print) -> dict:
         uncertainty=dict(feature.uncertainty(model, tok, {"with_token": with_tok if pair else e1,
                                                           "without_token": without_tok}, at),
                          prompt=EXAMPLE_PROMPTS[0], context_text=tok.decode(at[len(tok.safe_chat_ids(EXAMPLE_PROMPTS[0])):]),
-                         heads="ablation pair (same data, steps, init)" if pair else "shipped EAGLE-1 head only"),
+                         heads="pair" if pair else "shipped"),
         expansion=expansion_view(target, "eagle2", PROMPT_CODE),
         fusion=fusion.logit_lens(model, tok, e3, ids),
     )
