@@ -162,7 +162,8 @@ with tabs[2]:
     lo, mid, hi = fl["layers"]
     st.markdown(tr("ins.fu.body", L=fl["n_layers"], a=lo, b=mid, c=hi, H=fl["hidden"], H3=3 * fl["hidden"]))
     st.graphviz_chart(V.fusion_dot(fl, L))
-    st.markdown(tr("ins.fu.lens_body", t=fl["next_text"], u=fl["after_next_text"]))
+    pl, pm, ph = (x["p_next"] for x in fl["taps"])
+    st.markdown(tr("ins.fu.lens_body", t=fl["next_text"], u=fl["after_next_text"], pf=fl["final"]["p_next"], pl=pl, pm=pm, ph=ph))
     st.plotly_chart(V.lens_figure(fl, L), key="ins_lens", config=CFG)
     rows = [{tr("ins.fu.col.tap"): f"{x['tap']} (L{x['layer']})", tr("ins.fu.col.top"): tops(x["top"], 5)} for x in fl["taps"]]
     rows.append({tr("ins.fu.col.tap"): tr("ins.fu.final"), tr("ins.fu.col.top"): tops(fl["final"]["top"], 5)})

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import SpecVizError
+from ..loading import cache_root
 from .trainers import TrainConfig, train
 
 SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "ablations" / "ablations.json"
@@ -110,12 +111,17 @@ def run(data_dir: str, work: Path, out_json: Path, names, steps: int, lr: float,
         info = json.loads(info_path.read_text())
         if info["steps"] != steps:
             raise SpecVizError(f"{info_path} holds {info['steps']} steps, not {steps}: remove {work / a.name} to retrain.")
-        results["arms"][a.name] = arm_result(a, info, fp, "python -m specviz.train " + " ".join(sys.argv[1:]))
+        results["arms"][a.name] = arm_result(a, info, fp, command_line())
         results.update(pairs={k: list(v) for k, v in PAIRS.items()}, note="CPU-sized: a few hundred steps on a few thousand conversations; "
                        "the papers trained on ~68k conversations on GPUs")
         out_json.parent.mkdir(parents=True, exist_ok=True)
         out_json.write_text(json.dumps(results, indent=1))
     return results
+
+
+def command_line() -> str:
+    """This run's command as a reader would type it: the user's cache folder written as <cache>."""
+    return ("python -m specviz.train " + " ".join(sys.argv[1:])).replace(str(cache_root()), "<cache>")
 
 
 def check_pairs(results: dict) -> list[str]:

@@ -6,7 +6,15 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from ..i18n import t
-from .compare import LEGEND, MARGIN, METHOD_COLORS
+from .compare import METHOD_COLORS
+
+MARGIN = dict(l=10, r=10, t=95, b=10)  # room for the title above a horizontal legend
+LEGEND = dict(orientation="h", yanchor="bottom", y=1.02, x=0, xanchor="left")
+
+
+def _title(text: str) -> dict:
+    """A title at the very top, clear of the legend drawn just above the plot."""
+    return dict(text=text, y=0.98, yanchor="top", x=0.01, xanchor="left")
 
 KEPT, EXPANDED, PRUNED = "#54a24b", "#f58518", "#c8c8c8"
 ARM_COLORS = {True: "#4c78a8", False: "#e45756"}  # with the idea / without it
@@ -31,7 +39,7 @@ def feature_strips(chain: dict, lang: str = "en") -> go.Figure:
     fig = go.Figure(go.Heatmap(z=rows, y=labels, colorscale="RdBu", zmid=0, showscale=False,
                                hovertemplate="%{y}<br>dim %{x}: %{z:.3f}<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title=t("ins.f.strips_title", lang, n=chain["strip"]), height=90 + 34 * len(rows), margin=MARGIN,
+    fig.update_layout(title=_title(t("ins.f.strips_title", lang, n=chain["strip"])), height=90 + 34 * len(rows), margin=MARGIN,
                       xaxis_title=t("ins.f.dim", lang))
     return fig
 
@@ -42,7 +50,7 @@ def feature_drift(chain: dict, lang: str = "en") -> go.Figure:
     ys = [s["cos_to_target"] for s in chain["steps"] if s["cos_to_target"] is not None]
     fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines+markers+text", text=[f"{y:.2f}" for y in ys],
                                textposition="top center", line=dict(color=METHOD_COLORS["eagle1"])))
-    fig.update_layout(title=t("ins.f.drift_title", lang), xaxis_title=t("ins.step", lang), yaxis_title="cos",
+    fig.update_layout(title=_title(t("ins.f.drift_title", lang)), xaxis_title=t("ins.step", lang), yaxis_title="cos",
                       yaxis_range=[min(ys + [0.5]) - 0.05, 1.02], height=300, margin=MARGIN, xaxis_dtick=1)
     return fig
 
@@ -57,7 +65,7 @@ def uncertainty_figure(u: dict, lang: str = "en") -> go.Figure:
         ys = [b[key]["cos_to_target"] for b in u["branches"]]
         fig.add_trace(go.Bar(x=names, y=ys, name=t(f"ins.u.{key}", lang), marker_color=color,
                              text=[f"{y:.2f}" for y in ys], textposition="outside"))
-    fig.update_layout(barmode="group", title=t("ins.u.fig_title", lang), yaxis_title="cos", yaxis_range=[0, 1.1],
+    fig.update_layout(barmode="group", title=_title(t("ins.u.fig_title", lang)), yaxis_title="cos", yaxis_range=[0, 1.1],
                       height=320, margin=MARGIN, legend=LEGEND)
     return fig
 
@@ -94,7 +102,7 @@ def expansion_figure(levels: list[list[dict]], lang: str = "en", max_rank: int =
                                  marker=dict(size=11, color=color, line=dict(width=1, color="#333"))))
     fig.update_yaxes(autorange="reversed", title=t("ins.e.rank", lang), dtick=1)
     fig.update_xaxes(title=t("ins.e.level", lang), dtick=1, range=[0.6, len(levels) + 0.9])
-    fig.update_layout(title=t("ins.e.title", lang, n=max_rank), height=560, margin=MARGIN, legend=LEGEND)
+    fig.update_layout(title=_title(t("ins.e.title", lang, n=max_rank)), height=560, margin=MARGIN, legend=LEGEND)
     return fig
 
 
@@ -113,7 +121,7 @@ def calibration_figure(cal: dict, kind: str = "token", lang: str = "en") -> go.F
             line=dict(color=METHOD_COLORS[method]),
             hovertext=[t("ins.c.hover", lang, lo=b["lo"], hi=b["hi"], n=b["count"], a=b["accepted"], r=b["rate"]) for b in bs],
             hoverinfo="text"))
-    fig.update_layout(title=t(f"ins.c.title_{kind}", lang), xaxis_title=t(f"ins.c.x_{kind}", lang),
+    fig.update_layout(title=_title(t(f"ins.c.title_{kind}", lang)), xaxis_title=t(f"ins.c.x_{kind}", lang),
                       yaxis_title=t(f"ins.c.y_{kind}", lang), xaxis_range=[0, 1], yaxis_range=[0, 1.02], height=420,
                       margin=MARGIN, legend=LEGEND)
     return fig
@@ -163,7 +171,7 @@ def lens_figure(lens: dict, lang: str = "en") -> go.Figure:
                             marker_color="#e07b00", text=[f"{v:.2f}" for v in p_next], textposition="outside"),
                      go.Bar(x=names, y=cos, name=t("ins.fu.cos", lang), marker_color="#4c78a8",
                             text=[f"{v:.2f}" for v in cos], textposition="outside")])
-    fig.update_layout(barmode="group", title=t("ins.fu.lens_title", lang), yaxis_range=[0, 1.15], height=340,
+    fig.update_layout(barmode="group", title=_title(t("ins.fu.lens_title", lang)), yaxis_range=[0, 1.15], height=340,
                       margin=MARGIN, legend=LEGEND)
     return fig
 
@@ -190,7 +198,7 @@ def ttt_mask_figure(mask: list[list[int]], T: int, steps: int, lang: str = "en")
                                xgap=1, ygap=1, hovertemplate="query %{y} → key %{x}: %{z}<extra></extra>"))
     fig.update_yaxes(autorange="reversed", title=t("ins.t.queries", lang))
     fig.update_xaxes(title=t("ins.t.keys", lang), side="top")
-    fig.update_layout(title=t("ins.t.mask_title", lang), height=440, margin=dict(l=10, r=10, t=90, b=10))
+    fig.update_layout(title=_title(t("ins.t.mask_title", lang, T=T, S=steps)), height=460, margin=dict(l=10, r=10, t=110, b=10))
     return fig
 
 
@@ -201,7 +209,7 @@ def accuracy_by_step(series: dict[str, list[float]], lang: str = "en", title_key
     for name, acc in series.items():
         fig.add_trace(go.Scatter(x=list(range(1, len(acc) + 1)), y=acc, mode="lines+markers", name=name,
                                  line=dict(dash=(dashes or {}).get(name, "solid"))))
-    fig.update_layout(title=t(title_key, lang), xaxis_title=t("ins.step", lang), yaxis_title=t("ins.t.acc", lang),
+    fig.update_layout(title=_title(t(title_key, lang)), xaxis_title=t("ins.step", lang), yaxis_title=t("ins.t.acc", lang),
                       yaxis_range=[0, 1], xaxis_dtick=1, height=360, margin=MARGIN, legend=LEGEND)
     return fig
 
@@ -224,7 +232,7 @@ def ablation_figure(abl: dict, lang: str = "en") -> go.Figure:
         fig.add_trace(go.Bar(x=xs, y=ys, name=t("ins.a.with" if with_idea else "ins.a.without", lang),
                              marker_color=ARM_COLORS[with_idea], text=[f"{y:.3f}" for y in ys], textposition="outside",
                              hovertext=hover, hoverinfo="text"))
-    fig.update_layout(barmode="group", title=t("ins.a.title", lang), yaxis_title="tau_chain", height=360,
+    fig.update_layout(barmode="group", title=_title(t("ins.a.title", lang)), yaxis_title="tau_chain", height=360,
                       margin=MARGIN, legend=LEGEND)
     return fig
 
@@ -252,7 +260,7 @@ def vocab_figure(v: dict, lang: str = "en") -> go.Figure:
     fig = go.Figure([go.Bar(y=[""], x=[c], name=t(k, lang, n=c), orientation="h", marker_color=col,
                             hovertext=f"{c} / {n} = {c / max(n, 1):.1%}", hoverinfo="text")
                      for (k, c), col in zip(parts, colors)])
-    fig.update_layout(barmode="stack", title=t("ins.v.title", lang, n=n, share=v["outside_share"]), height=230,
+    fig.update_layout(barmode="stack", title=_title(t("ins.v.title", lang, n=n, share=v["outside_share"])), height=230,
                       margin=MARGIN, legend=LEGEND, xaxis_title=t("ins.v.tokens", lang))
     return fig
 
