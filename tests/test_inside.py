@@ -268,3 +268,6 @@ def test_pair_verdict_uses_the_standard_error_of_tau():
     assert V.pair_verdict({"pairs": {"token": ["a", "b"]}, "arms": {}}, "token") is None
     fig = V.ablation_figure(_abl(1.9, 1.5))
     assert [list(t.y) for t in fig.data] == [[1.9], [1.5]]
+    half = _abl(1.9, 1.5)
+    half["pairs"]["ttt"] = ["a", "not-trained"]  # a pair with an arm missing is not drawn half
+    assert [list(t.y) for t in V.ablation_figure(half).data] == [[1.9], [1.5]]

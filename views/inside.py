@@ -217,6 +217,9 @@ with tabs[5]:
         for pair in abl["pairs"]:
             res = V.pair_verdict(abl, pair)
             if res is None:
+                missing = next(a for a in abl["pairs"][pair] if a not in abl["arms"])
+                st.caption(tr("ins.a.pair_missing", pair=tr(f"ins.a.pair.{pair}"), arm=missing,
+                              cmd=f"python -m specviz.train ablate --steps {first['steps']} --arms {missing}"))
                 continue
             verdict = tr(f"ins.a.verdict.{res['verdict']}", eps=res["eps"])
             st.markdown(tr(f"ins.a.claim.{pair}", w=res["w"], wo=res["wo"], d=res["d"], verdict=verdict))

@@ -200,5 +200,8 @@ STRINGS: dict[str, tuple[str, str]] = {
     "ins.a.verdict.reversed": ("At this scale the arm without the idea did better: the claim does not show here.", "在这个规模下，没有该设计的一组反而更好：结论在这里没有体现。"),
     "ins.a.verdict.tie": ("At this scale the two arms are indistinguishable (|difference| < {eps}).", "在这个规模下，两组无法区分（差值绝对值 < {eps}）。"),
     "ins.a.init": ("Init digest per arm (equal within each pair): {d}.", "各组初始权重摘要（同组内相同）：{d}。"),
-    "ins.a.command": ("Made by `{cmd}`: {min:.0f} minutes of training in all on this project's 2-core CPU (wall clock).", "由 `{cmd}` 生成：在本项目的 2 核 CPU 上共训练 {min:.0f} 分钟（墙钟时间）。"),
+    "ins.a.command": ("Made by `{cmd}`: {min:.0f} minutes of training in all on this project's 2-core CPU (wall clock, while other work shared the cores: not a speed).",
+                      "由 `{cmd}` 生成：在本项目的 2 核 CPU 上共训练 {min:.0f} 分钟（墙钟时间，期间有其他任务共用 CPU，不代表速度）。"),
+    "ins.a.pair_missing": ("Not trained yet: {pair} (arm `{arm}`). `{cmd}` adds it from the same seed, data and steps.",
+                           "尚未训练：{pair}（`{arm}` 组）。`{cmd}` 会用相同的种子、数据和步数把它补上。"),
 }

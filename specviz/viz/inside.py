@@ -222,9 +222,9 @@ def ablation_figure(abl: dict, lang: str = "en") -> go.Figure:
     for with_idea, idx in ((True, 0), (False, 1)):
         xs, ys, hover = [], [], []
         for pair, arms in pairs.items():
-            arm = abl["arms"].get(arms[idx])
-            if arm is None:
-                continue
+            if not all(a in abl["arms"] for a in arms):
+                continue  # a pair with an arm not trained yet is not drawn half
+            arm = abl["arms"][arms[idx]]
             xs.append(t(f"ins.a.pair.{pair}", lang))
             ys.append(arm["heldout"]["tau_chain"])
             hover.append(f"{arm['arm']}: {arm['idea']}<br>tau_chain {arm['heldout']['tau_chain']:.3f}, "
