@@ -256,7 +256,9 @@ def test_lossless(server, browser):
 
 def test_compare(server, browser):
     open_page(browser, f"{server}/compare?max_new=32")  # the default prompt, methods and trees (each tuned here)
-    assert browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")  # acceptance at equal trees: shipped, no run
+    # acceptance at equal trees: shipped, no run. Waited for: on a loaded machine the page can go idle
+    # before Plotly has drawn (CI once found no plot there while other work shared the two cores)
+    WebDriverWait(browser, 120).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot"))
     shot(browser, "compare")
     for label, name in (("EAGLE-1 vs 2 vs 3", "compare_diff"), ("Speed on this machine", None)):
         WebDriverWait(browser, 60).until(lambda d: any(t.text.strip() == label for t in d.find_elements(By.CSS_SELECTOR, '[role="tab"]')))
