@@ -22,7 +22,7 @@ from specviz.drafters.eagle import shared_head
 from specviz.i18n import t
 from specviz.heads.io import shipped_head_dir
 from specviz.inside import expansion, feature, fusion
-from specviz.inside.record import OUT as RECORDING, PAPER
+from specviz.inside.record import OUT as RECORDING, expansion_view
 from specviz.inside.ttt import per_step, ttt_mask
 from specviz.train.ablations import SHIPPED as ABLATIONS
 from specviz.viz import inside as V
@@ -64,7 +64,6 @@ if mode == "live":
                 ids = prompt_ids(target, prompt)
                 m, tok = target.model, target.tokenizer
                 e1, e3 = shared_head(target, "eagle1")[0], shared_head(target, "eagle3")[0]
-                from specviz.inside.record import expansion_view  # runs a drafter: only when asked
                 live = dict(feature=feature.feature_chain(m, tok, e1, ids),
                             uncertainty=dict(feature.uncertainty(m, tok, {"with_token": e1, "without_token": None}, ids),
                                              prompt=prompt, context_text="", heads="shipped"),
