@@ -22,13 +22,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from specviz import cudagraph  # noqa: E402
 from specviz.config import ModelConfig  # noqa: E402
 from specviz.drafters.eagle import EagleDrafter  # noqa: E402
 from specviz.core.engine import SpeculativeDecoder  # noqa: E402
 from specviz.heads import Eagle3Head, head_config_from_target  # noqa: E402
 from specviz.core.sampling import SamplingParams  # noqa: E402
-from specviz.core.target import KVCache, Target, TargetModel  # noqa: E402
+from specviz.core.target import Target, TargetModel  # noqa: E402
 
 SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, n_layers=30, n_heads=9, n_kv_heads=3,
                head_dim=64, rope_theta=100000.0, tie_embeddings=True)
@@ -109,9 +108,7 @@ def decode(target, drafter, prompt, new) -> dict:
 
 
 def set_graphs(model, head, on: bool):
-    model.cuda_graphs = on
-    if on and model._cache_pool is None:
-        model._cache_pool = cudagraph.CachePool(model, KVCache.over)
+    model.set_cuda_graphs(on)
     head.graphs = on
 
 

@@ -1,7 +1,7 @@
 """Batched speculative decoding: B sequences, each with its own drafter and tree, one target pass.
 
 What a serving engine does with EAGLE. Every round, each unfinished sequence drafts its own tree
-(its own size: ragged), all the trees go through the target in one pass (`batch_pass`: one read of
+(its own size: ragged), all the trees go through the target in one pass (`TargetModel.forward_batch`: one read of
 the weights for the whole batch, a block-diagonal tree mask, each sequence's own KV cache), the
 target's rows the walks need first come from one LM-head call for the batch, and then each
 sequence walks its tree, commits its accepted path to its own cache and drafter, and traces its
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 import torch
 
 from . import SpecVizError
-from .batch_pass import PassPart, forward_batch
 from .core.engine import GenerationResult, SpeculativeDecoder
+from .core.kv_cache import PassPart
 from .core.sampling import SamplingParams
 from .core.trace import RoundTrace
 from .core.verify import CORRECT, Policy
@@ -102,7 +102,7 @@ class BatchDecoder:
         taps = sorted({t for d in decs for t in d.drafter.taps}, key=str)
         parts = [PassPart(p.tree.tokens, d.cache, p.positions, p.rows if len(p.tree) > 1 else None)
                  for d, p in zip(decs, plans)]
-        outs = forward_batch(self.model, parts, taps=tuple(taps))
+        outs = self.model.forward_batch(parts, taps=tuple(taps))
         for d, o in zip(decs, outs):  # each drafter gets only the taps it asked for
             o.taps = {k: v for k, v in o.taps.items() if k in d.drafter.taps}
         t2 = time.perf_counter()

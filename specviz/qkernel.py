@@ -112,8 +112,6 @@ def library(native: bool = True, isa_name: str | None = None):
             lib.blockmm_simd.restype = ctypes.c_int
             lib.layer_forward.argtypes = [ptr, ptr, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, ptr, ctypes.c_int]
             lib.layer_forward.restype = None
-            lib.layers_forward.argtypes = [ptr, i64, ptr, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64, ptr, ctypes.c_int, ptr]
-            lib.layers_forward.restype = None
             lib.layers_forward_batch.argtypes = [ptr, i64, ptr, i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr,
                                                  ctypes.c_int, ptr]
             lib.layers_forward_batch.restype = None

@@ -45,8 +45,7 @@ class _Request:
 
 def batchable(decoder: SpeculativeDecoder) -> bool:
     """Whether this decoder's rounds may share a pass: a CPU model with the fused block kernel."""
-    m = decoder.model
-    return m.blocks is not None and m._lib is not None and m.device.type == "cpu"
+    return decoder.model.kernel_armed
 
 
 class StepBatcher:

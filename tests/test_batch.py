@@ -16,7 +16,7 @@ import torch
 from specviz import SpecVizError, methods
 from specviz.core import target as target_module
 from specviz.batch import BatchDecoder
-from specviz.batch_pass import PassPart, forward_batch, fused
+from specviz.core.kv_cache import PassPart
 from specviz.bugs import DEFAULT_BROKEN, get_policy
 from specviz.core.engine import SpeculativeDecoder
 from specviz.examples import EXAMPLE_PROMPTS
@@ -101,8 +101,8 @@ def test_a_batched_pass_gives_every_row_its_solo_numbers(target, path, monkeypat
         monkeypatch.setattr(target_module, "FUSED_LAYERS", False)
         monkeypatch.setattr(model, "dense_from_rows", 8)  # below the batch's 23 rows and two trees' own
     batch_parts = [PassPart(t, c, p, r if len(t) > 1 else None) for t, c, p, r in parts]
-    assert fused(model, batch_parts) == (path == "fused" and model.blocks is not None)
-    outs = forward_batch(model, batch_parts, taps=(3, "final"))
+    assert model.fuses(batch_parts) == (path == "fused" and model.blocks is not None)
+    outs = model.forward_batch(batch_parts, taps=(3, "final"))
     for (toks, cache, pos, rows), out in zip(solo, outs):
         ref = model.forward(torch.tensor([toks]), cache, positions=torch.tensor(pos),
                             tree_mask=torch.tensor(rows, dtype=torch.bool), taps=(3, "final"), head=False)

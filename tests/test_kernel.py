@@ -252,7 +252,7 @@ def test_a_token_attends_the_same_alone_or_in_a_pass_at_any_thread_count(lib):
 
 
 def test_all_layers_in_one_call_equal_one_call_per_layer(lib):
-    """`layers_forward` (the target's whole pass in one call) gives the same numbers, bit for bit,
+    """`layers_forward_batch` for one sequence (the target's whole solo pass in one call) gives the same numbers, bit for bit,
     as `layer_forward` called layer by layer, writes each layer's keys/values into its own cache
     slice, and copies x as it enters a tapped layer."""
     H, n_heads, n_kv, hd, inter, T, L, max_len, eps, n = 128, 2, 1, 64, 96, 4, 9, 32, 1e-5, 3
@@ -284,8 +284,9 @@ def test_all_layers_in_one_call_equal_one_call_per_layer(lib):
     taps = (ctypes.c_void_p * n)()
     taps[1] = tap.data_ptr()
     layers = (ctypes.c_void_p * n)(*[ctypes.addressof(a) for a in args])
-    lib.layers_forward(layers, n, got.data_ptr(), T, L, cos.data_ptr(), sin.data_ptr(), mask.data_ptr(), kg.data_ptr(), vg.data_ptr(),
-                       k0[0].numel(), max_len, work.data_ptr(), 1, taps)
+    one, ptr = ctypes.c_int64 * 1, ctypes.c_void_p * 1
+    lib.layers_forward_batch(layers, n, got.data_ptr(), 1, one(T), one(L), cos.data_ptr(), sin.data_ptr(), ptr(mask.data_ptr()),
+                             ptr(kg.data_ptr()), ptr(vg.data_ptr()), one(k0[0].numel()), one(max_len), work.data_ptr(), 1, taps)
     assert torch.equal(got, want) and not torch.equal(got, x0)
     assert torch.equal(kg, kw) and torch.equal(vg, vw) and not torch.equal(kg, k0)
     assert torch.equal(tap, entering[1])

@@ -21,56 +21,9 @@ from ..blockweights import LayerBlocks, attach_blocks, quantize_q8_0
 from ..config import ModelConfig, rope_inv_freq
 from ..loading import DEFAULT_MODEL, default_device, default_dtype, default_gguf_path, load_checkpoint
 from ..machine import cpu_vendor
-from .ops import keep_entries, rms_norm, rope_cos_sin, rotate_half
+from .kv_cache import KVCache, PassPart
+from .ops import rms_norm, rope_cos_sin, rotate_half
 from ..tokenizer import ChatTokenizer
-
-
-class KVCache:
-    """Keys and values of all layers, preallocated: [layers, batch, kv_heads, max_len, head_dim].
-
-    `length` counts committed positions. A forward writes its T new entries at
-    [length, length+T) without committing them; `commit(keep)` then moves the kept block
-    entries (indices into that block, in order) to contiguous slots and advances `length`.
-    `key_mask` ([batch, max_len] bool, optional) hides left padding in batched use.
-    """
-
-    def __init__(self, cfg: ModelConfig, max_len: int, batch: int = 1, dtype=torch.float32, device="cpu"):
-        shape = (cfg.n_layers, batch, cfg.n_kv_heads, max_len, cfg.head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.max_len = max_len
-        self.length = 0
-        self.pending = 0
-        self.key_mask: torch.Tensor | None = None
-        self.graphs = None  # cudagraph.GraphRunner captured over this storage (CUDA only)
-
-    @classmethod
-    def over(cls, k: torch.Tensor, v: torch.Tensor, graphs=None) -> "KVCache":
-        """An empty cache on existing storage (a pooled one, with the CUDA graphs captured over it)."""
-        c = cls.__new__(cls)
-        c.k, c.v, c.max_len = k, v, k.shape[3]
-        c.length, c.pending, c.key_mask, c.graphs = 0, 0, None, graphs
-        return c
-
-    def commit(self, keep=None) -> None:
-        """Keep block entries `keep` (default: all pending) as the next committed positions."""
-        L = self.length
-        n = self.pending if keep is None else keep_entries(self.k, self.v, L, keep, axis=3)
-        self.length = L + n
-        self.pending = 0
-
-    def truncate(self, length: int) -> None:
-        """Forget everything after `length` (e.g. to replay a round)."""
-        self.length = min(self.length, length)
-        self.pending = 0
-
-    def clone(self) -> "KVCache":
-        c = KVCache.__new__(KVCache)
-        c.k, c.v = self.k.clone(), self.v.clone()
-        c.max_len, c.length, c.pending = self.max_len, self.length, self.pending
-        c.key_mask = None if self.key_mask is None else self.key_mask.clone()
-        c.graphs = None  # graphs are bound to the storage they were captured over
-        return c
 
 
 @dataclass
@@ -80,21 +33,16 @@ class ForwardOut:
     hidden: torch.Tensor | None = None  # [B, T, H] normed last hidden state, with head=False (LM head: `logits`)
 
 
-# With block weights, batch-1 passes of up to FUSED_MAX_TOKENS tokens (decoding) and every batch-1
-# draft tree's verify pass run each layer in one C++ call; longer passes and batches (prefill, data
-# generation) run layer by layer in torch (flash attention). A tree of any size goes through the C++
-# layers because only they compute a row exactly as vanilla's one-token pass does (torch's norms,
-# rotary, attention and SwiGLU round differently), and the greedy identity rests on it; they are also
-# the faster ones for trees (docs/runtime.md has the measurements).
+# With block weights, short passes (decoding) and every draft tree's verify pass run all layers in one
+# C++ call (`TargetModel._fuses` says when); longer passes (prefill, data generation) run layer by
+# layer in torch. The C++ layers are also the faster ones for trees (docs/runtime.md).
 FUSED_MAX_TOKENS = 32
 FUSED_LAYERS = True
-# Long passes (prefill): from how many rows the dense fp32 weights (torch's GEMM, MKL; the same
-# weights, bit for bit) are faster than the blocks, by the block kernel's vector width and the CPU's
-# vendor (MKL picks its kernels by vendor). AVX2 decodes a 4-bit block with ~5 instructions per 8
-# weights, and torch's AVX2 GEMM overtakes it from a few dozen rows; on an Intel CPU with AVX-512,
-# MKL's GEMM overtakes the blocks from ~100 rows; on an AMD one with AVX-512 the blocks won at every
-# size measured, so no switch (docs/runtime.md). A fixed rule, not a timing at start-up: the choice
-# changes a prefill's bits, and two machines with the same `machine.numerics()` must compute the same.
+# Long passes (prefill): from how many rows the dense fp32 weights (torch's GEMM, MKL; the same weights,
+# bit for bit) are faster than the blocks, by the block kernel's vector width and the CPU's vendor (MKL
+# picks its kernels by vendor; docs/runtime.md has the measurements; no entry: the blocks won at every
+# size). A fixed rule, not a timing at start-up: the choice changes a prefill's bits, and two machines
+# with the same `machine.numerics()` must compute the same.
 DENSE_FROM_ROWS = {(256, None): 64, (512, "Intel"): 128}
 
 
@@ -162,6 +110,12 @@ class TargetModel:
         self._cache_pool = cudagraph.CachePool(self, KVCache.over) if self.cuda_graphs else None
         self.kernel_note = "dense weights" + (f", {cudagraph.NOTE}" if self.cuda_graphs else "")
 
+    def set_cuda_graphs(self, on: bool) -> None:
+        """Capture short passes as CUDA graphs, or not (the GPU timing compares both)."""
+        self.cuda_graphs = on
+        if on and self._cache_pool is None:
+            self._cache_pool = cudagraph.CachePool(self, KVCache.over)
+
     def use_block_weights(self, gguf_path) -> bool:
         """Multiply every pass straight from the GGUF's blocks (same weights, 6x fewer bytes)."""
         if not _uses_kernel(self.device):
@@ -214,29 +168,33 @@ class TargetModel:
         """cos/sin for positions [B, T], computed in fp32 like Hugging Face."""
         return rope_cos_sin(positions, self.inv_freq, self.dtype)
 
-    def _mask(self, cache: KVCache, B: int, T: int, tree_mask):
-        """Attention mask over [committed context | new block]; None means 'attend to all'."""
-        L = cache.length
-        if tree_mask is None and cache.key_mask is None:
-            if T == 1:
-                return None, False
-            if L == 0:
-                return None, True  # plain causal prefill
-            block = torch.ones(T, T, dtype=torch.bool, device=self.device).tril()
-        else:
-            block = (
-                torch.ones(T, T, dtype=torch.bool, device=self.device).tril()
-                if tree_mask is None
-                else tree_mask.to(self.device, torch.bool)
-            )
-        if block.dim() == 2:
-            block = block[None].expand(B, T, T)
-        if cache.key_mask is not None:
-            prefix = cache.key_mask[:, None, :L].expand(B, T, L)
-        else:
-            prefix = torch.ones(B, T, L, dtype=torch.bool, device=self.device)
-        mask = torch.cat([prefix, block], dim=-1)[:, None]  # [B, 1, T, L+T]
-        return mask, False
+    # ------------------------------------------------------------------ which layers run a pass
+    @property
+    def kernel_armed(self) -> bool:
+        """Whether the compiled block kernel multiplies this model's passes (block weights on the CPU).
+        Only then does a row round the same in any batch (specviz.step_batcher batches on it)."""
+        return self.blocks is not None and self._lib is not None and _uses_kernel(self.device)
+
+    def fuses(self, parts) -> bool:
+        """Whether a batch of parts runs in the one-call C++ layers (`_fuses` for each)."""
+        return all(self._fuses(len(p.tokens), p.tree_mask is not None, p.cache) for p in parts)
+
+    def _fuses(self, T: int, tree: bool, cache: KVCache) -> bool:
+        """The one rule for the one-call C++ layers: an armed kernel, and a draft tree or a short pass
+        (<= fused_max_tokens) on a plain cache. Trees always go there: only those layers compute a row
+        exactly as vanilla's one-token pass does, and the greedy identity rests on it."""
+        return (FUSED_LAYERS and self.kernel_armed and (tree or T <= self.fused_max_tokens)
+                and cache.key_mask is None and cache.k.is_contiguous())
+
+    def _torch_lib(self, rows: int, exact_rows: bool):
+        """The kernel for the torch layers' matmuls, or None for the dense copy of the same weights: the
+        blocks, except in a long pass (a prefill, training data) whose rows need not round as a one-token
+        pass does, where the dense GEMM is faster (DENSE_FROM_ROWS). Trees and batches of rounds keep them."""
+        if not self.kernel_armed:
+            return None
+        if not exact_rows and self.dense_from_rows is not None and rows >= self.dense_from_rows:
+            return None
+        return self._lib
 
     # ------------------------------------------------------------------ forward
     @torch.inference_mode()
@@ -283,18 +241,16 @@ class TargetModel:
                 return ForwardOut(logits=logits, taps=out_taps)
         cos, sin = self.rope(positions)
         out_taps = {}
-        lib = self._lib if blocks and self.blocks is not None and _uses_kernel(tokens.device) else None
-        short = (B == 1 and (T <= self.fused_max_tokens or tree_mask is not None) and cache.key_mask is None
-                 and cache.k.is_contiguous())
-        if (lib is not None and not short and self.dense_from_rows is not None and B * T >= self.dense_from_rows
-                and (tree_mask is None or B > 1)):
-            # a long pass (a prefill, a batch of training data): the dense copy of the same weights is
-            # faster on this CPU. Not a draft tree's verify pass: its rows must round as vanilla's passes do
-            lib = None
-        if lib is not None and FUSED_LAYERS and short:
-            x = self._layers_fused(tokens, cache, cos, sin, tree_mask, taps, out_taps)
+        if blocks and B == 1 and self._fuses(T, tree_mask is not None, cache):
+            if tree_mask is not None:
+                mask = tree_mask.to(self.device, torch.uint8).reshape(T, T).contiguous()
+            else:
+                mask = torch.ones(T, T, dtype=torch.uint8, device=self.device).tril() if T > 1 else None
+            x = self._layers_fused(F.embedding(tokens[0], self.embed), [(T, cache, mask)], cos, sin, taps, out_taps)
         else:
-            x = self._layers_torch(tokens, cache, cos, sin, tree_mask, taps, out_taps, lib)
+            lib = self._torch_lib(B * T, exact_rows=tree_mask is not None and B == 1) if blocks else None
+            spans = [(0, T, cache, cache.attention_mask(B, T, tree_mask))]
+            x = self._layers_torch(F.embedding(tokens, self.embed), spans, cos, sin, taps, out_taps, lib)
         x = self.final_norm(x)
         if "final" in taps:
             out_taps["final"] = x
@@ -305,24 +261,58 @@ class TargetModel:
             return ForwardOut(logits=None, taps=out_taps, hidden=x)
         return ForwardOut(logits=self.logits(x, blocks), taps=out_taps)
 
-    def _layers_fused(self, tokens, cache, cos, sin, tree_mask, taps, out_taps) -> torch.Tensor:
-        """All decoder layers of a short batch-1 pass in one C++ call (blockmm.cpp `layers_forward`)."""
-        cfg, T, L = self.cfg, tokens.shape[1], cache.length
-        x = F.embedding(tokens[0], self.embed).contiguous()  # [T, H], updated in place
-        cos, sin = cos[0, 0].contiguous(), sin[0, 0].contiguous()
-        cpu = x.device  # the fused layers run on CPU models only (_uses_kernel)
-        if tree_mask is not None:
-            mask = tree_mask.to(cpu, torch.uint8).reshape(T, T).contiguous()
+    @torch.inference_mode()
+    def forward_batch(self, parts: list[PassPart], taps=()) -> list[ForwardOut]:
+        """Several sequences' new tokens in one pass (a batch of rounds: specviz.batch): the rows side by
+        side, each weight read once for all, each token attending to its own cache and its own tree (a
+        block-diagonal mask, no padding). Every row comes out as in its sequence's pass alone. Returns one
+        ForwardOut per part: `hidden` [1, T, H] (normed, no LM head) and the taps; K/V stay pending."""
+        if not parts:
+            return []
+        tokens = torch.tensor([t for p in parts for t in p.tokens], device=self.device)
+        positions = torch.tensor([i for p in parts for i in p.positions], device=self.device)
+        cos, sin = self.rope(positions[None])
+        out_taps: dict = {}
+        if self.fuses(parts):
+            seqs = [(len(p.tokens), p.cache, None if p.tree_mask is None else torch.tensor(p.tree_mask, dtype=torch.uint8))
+                    for p in parts]
+            x = self._layers_fused(F.embedding(tokens, self.embed), seqs, cos, sin, taps, out_taps)
         else:
-            mask = torch.ones(T, T, dtype=torch.uint8, device=cpu).tril() if T > 1 else None
-        mptr = None if mask is None else mask.data_ptr()
-        work = torch.empty(T * (cfg.hidden_size + self.q_dim + 2 * self.kv_dim + self.q_dim + 3 * self.blocks[0].w2.k),
-                           device=cpu)
-        n = len(self.blocks)
-        tap_ptrs = self.tap_buffers(taps, T, out_taps)
-        self._lib.layers_forward(self._layer_array, n, x.data_ptr(), T, L, cos.data_ptr(), sin.data_ptr(), mptr,
-                                 cache.k.data_ptr(), cache.v.data_ptr(), cache.k[0].numel(), cache.max_len, work.data_ptr(),
-                                 torch.get_num_threads(), tap_ptrs)
+            spans, r0 = [], 0
+            for p in parts:
+                T = len(p.tokens)
+                mask = None if p.tree_mask is None else torch.tensor(p.tree_mask, dtype=torch.bool, device=self.device)
+                spans.append((r0, r0 + T, p.cache, p.cache.attention_mask(1, T, mask)))
+                r0 += T
+            x = self._layers_torch(F.embedding(tokens[None], self.embed), spans, cos, sin, taps, out_taps,
+                                   self._torch_lib(len(tokens), exact_rows=True))
+        x = self.final_norm(x)
+        if "final" in taps:
+            out_taps["final"] = x
+        outs, r0 = [], 0
+        for p in parts:
+            T = len(p.tokens)
+            p.cache.pending = T
+            sl = slice(r0, r0 + T)
+            outs.append(ForwardOut(logits=None, hidden=x[:, sl], taps={k: v[:, sl] for k, v in out_taps.items()}))
+            r0 += T
+        return outs
+
+    def _layers_fused(self, x, seqs, cos, sin, taps, out_taps) -> torch.Tensor:
+        """All decoder layers in one C++ call (blockmm.cpp `layers_forward_batch`) over x [N, H] (updated in
+        place): the rows of seqs = [(T, cache, uint8 mask [T, T] or None for causal)] side by side."""
+        cfg, n, N = self.cfg, len(seqs), x.shape[0]
+        x = x.contiguous()
+        cos, sin = cos[0, 0].contiguous(), sin[0, 0].contiguous()
+        i64, ptrs = ctypes.c_int64 * n, ctypes.c_void_p * n
+        caches = [c for _, c, _ in seqs]
+        masks = ptrs(*[None if m is None else m.data_ptr() for _, _, m in seqs])
+        work = torch.empty(N * (cfg.hidden_size + self.q_dim + 2 * self.kv_dim + self.q_dim + 3 * self.blocks[0].w2.k))
+        self._lib.layers_forward_batch(
+            self._layer_array, len(self.blocks), x.data_ptr(), n, i64(*[T for T, _, _ in seqs]),
+            i64(*[c.length for c in caches]), cos.data_ptr(), sin.data_ptr(), masks, ptrs(*[c.k.data_ptr() for c in caches]),
+            ptrs(*[c.v.data_ptr() for c in caches]), i64(*[c.k[0].numel() for c in caches]), i64(*[c.max_len for c in caches]),
+            work.data_ptr(), torch.get_num_threads(), self.tap_buffers(taps, N, out_taps))
         return x[None]
 
     def tap_buffers(self, taps, rows: int, out_taps: dict):
@@ -338,22 +328,22 @@ class TargetModel:
             ptrs[i] = out_taps[i].data_ptr()
         return ptrs
 
-    def _layers_torch(self, tokens, cache, cos, sin, tree_mask, taps, out_taps, lib) -> torch.Tensor:
-        cfg = self.cfg
-        B, T = tokens.shape
-        L = cache.length
-        mask, causal = self._mask(cache, B, T, tree_mask)
-        nh, nkv = cfg.n_heads, cfg.n_kv_heads
-        x = F.embedding(tokens, self.embed)
+    def _layers_torch(self, x, spans, cos, sin, taps, out_taps, lib) -> torch.Tensor:
+        """Layer by layer in torch over x [B, N, H]: the projections over all rows at once, attention span
+        by span, a span = (first row, end row, its sequence's cache, (mask, causal))."""
+        gqa = self.cfg.n_kv_heads != self.cfg.n_heads
 
         def attend(i, q, k, v):
-            cache.k[i, :, :, L : L + T] = k
-            cache.v[i, :, :, L : L + T] = v
-            keys = cache.k[i, :, :, : L + T]
-            vals = cache.v[i, :, :, : L + T]
-            return F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, is_causal=causal, enable_gqa=nkv != nh)
+            outs = []
+            for a, b, cache, (mask, causal) in spans:
+                L, T = cache.length, b - a
+                cache.k[i, :, :, L : L + T] = k[:, :, a:b]
+                cache.v[i, :, :, L : L + T] = v[:, :, a:b]
+                outs.append(F.scaled_dot_product_attention(q[:, :, a:b], cache.k[i, :, :, : L + T], cache.v[i, :, :, : L + T],
+                                                           attn_mask=mask, is_causal=causal, enable_gqa=gqa))
+            return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
-        for i in range(cfg.n_layers):
+        for i in range(self.cfg.n_layers):
             if i in taps:
                 out_taps[i] = x
             x = self.layer(i, x, cos, sin, attend, self.blocks[i] if lib is not None else None, lib)
@@ -381,7 +371,7 @@ class TargetModel:
     def weight_pass(self, x: torch.Tensor) -> torch.Tensor:
         """The bare matrix products of one pass over x [T, H] (every weight read once, no
         attention), with the weights the runtime uses: what bench's weight-read floor times."""
-        lib = self._lib if self.blocks is not None and _uses_kernel(x.device) else None
+        lib = self._lib if self.kernel_armed else None
         for i, L in enumerate(self.layers):
             lb = self.blocks[i] if lib is not None else None
             _linear(x, L.wqkv, lb and lb.wqkv, lib)

@@ -1271,25 +1271,14 @@ int64_t draft_tree(const DraftArgs* a, const int64_t* commit_tokens, const float
     return n_cand;
 }
 
-// All n_layers decoder layers of one pass in one call: layer i's keys/values live at
-// kcache/vcache + i * layer_stride floats. taps[i] (when taps and taps[i] are not null) receives
-// a copy of x [T, H] as it enters layer i. One call instead of one per layer: a ctypes call hands
-// the GIL back on return, and on a server whose other threads run Python each hand-back can wait
-// up to the interpreter's switch interval (5 ms), 30 times a pass.
-void layers_forward(const LayerArgs* const* layers, int64_t n_layers, float* x, int64_t T, int64_t L, const float* cos,
-                    const float* sin, const uint8_t* mask, float* kcache, float* vcache, int64_t layer_stride, int64_t max_len,
-                    float* work, int threads, float* const* taps) {
-    for (int64_t i = 0; i < n_layers; ++i) {
-        if (taps && taps[i]) std::memcpy(taps[i], x, T * layers[i]->wo.n * sizeof(float));
-        layer_forward(layers[i], x, T, L, cos, sin, mask, kcache + i * layer_stride, vcache + i * layer_stride, max_len, work, threads);
-    }
-}
-
-// layers_forward for n_seq sequences in one pass (a batch of speculative rounds): sequence s has
-// T[s] consecutive rows of x, its own cache (layer i at kcache[s] / vcache[s] + i * layer_stride[s],
-// max_len[s] entries a head, L[s] committed) and its own mask masks[s] [T[s], T[s]] (null: causal).
-// cos/sin [rows, head_dim]; taps[i] receives x [rows, H] as it enters layer i. Each row comes out
-// as in its sequence's own layers_forward (layer_seqs). work: as layers_forward for all the rows.
+// All n_layers decoder layers of one pass in one call, for n_seq sequences side by side (a solo
+// pass is n_seq = 1; a batch of speculative rounds more): sequence s has T[s] consecutive rows of x,
+// its own cache (layer i at kcache[s] / vcache[s] + i * layer_stride[s], max_len[s] entries a head,
+// L[s] committed) and its own mask masks[s] [T[s], T[s]] (null: causal). cos/sin [rows, head_dim];
+// taps[i] (when taps and taps[i] are not null) receives x [rows, H] as it enters layer i. Each row
+// comes out as in its sequence's pass alone (layer_seqs). work: as layer_forward for all the rows.
+// One call instead of one per layer: a ctypes call hands the GIL back on return, and on a server
+// whose other threads run Python each hand-back can wait up to the interpreter's switch interval.
 void layers_forward_batch(const LayerArgs* const* layers, int64_t n_layers, float* x, int64_t n_seq, const int64_t* T,
                           const int64_t* L, const float* cos, const float* sin, const uint8_t* const* masks,
                           float* const* kcache, float* const* vcache, const int64_t* layer_stride, const int64_t* max_len,
