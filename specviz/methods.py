@@ -110,7 +110,7 @@ def head_dir(name: str, target=None) -> Path:
     return shipped_head_dir(model_name, head_method(name))
 
 
-def tune(name: str, target, log=None, head_folder=None) -> dict | None:
+def tune(name: str, target, log=None, head_folder=None) -> TreePick | None:
     """Time this device's best tree for a tunable method, once (the costs and the pick are cached in
     the user cache), and return the pick; None when its head ships no profile. The explicit step:
     `make_drafter` only ever reads what this left."""
@@ -119,8 +119,9 @@ def tune(name: str, target, log=None, head_folder=None) -> dict | None:
     # the trees are timed with the drafting a tuned drafter does (an EAGLE-1 head's cut vocabulary, the
     # EAGLE drafters' lookup branch)
     drafting = {k: v for k, v in tuning.TUNED_DRAFTING.items() if k in accepted_options(name)}
-    return tuning.tree_for(target, name, head_folder or head_dir(name, target), "auto", measure=True, log=log,
+    record = tuning.tree_for(target, name, head_folder or head_dir(name, target), "auto", measure=True, log=log,
                            build=lambda: make_drafter(name, target, tree_size="paper", head_dir=head_folder, **drafting))
+    return _pick(name, record, "auto")
 
 
 DRAWABLE = tuple(n for n, m in METHODS.items() if m.drawable)  # tuned ones draw their drafts from q at T > 0
@@ -148,12 +149,17 @@ def make_drafter(name: str, target, tree_size: str = "auto", **options) -> Draft
         folder = options.get("head_dir") or head_dir(name, target)
         record = tuning.tree_for(target, name, folder, tree_size, measure=False)
         if record:
-            # the fastest setting we know: at T > 0 its few drafts are drawn from q (kept with probability
-            # min(1, p/q), not p(x): tree_build.build_sampled_tree, docs/tuning.md); greedy decoding is
-            # unchanged. The papers' trees and the sidebar's keep EAGLE's top-k drafts.
-            draw = "sample" if spec.drawable and tree_size != "paper" else "top"
-            options["pick"] = TreePick(record, draw=draw)
+            options["pick"] = _pick(name, record, tree_size)
     return spec.factory(target, **options)
+
+
+def _pick(name: str, record: dict | None, tree_size: str) -> TreePick | None:
+    """The tuner's stored record as the typed pick a drafter takes. The fastest setting we know: at T > 0
+    its few drafts are drawn from q (kept with probability min(1, p/q), not p(x): tree_build.build_sampled_tree,
+    docs/tuning.md); greedy decoding is unchanged. The papers' trees and the sidebar's keep EAGLE's top-k."""
+    if not record:
+        return None
+    return TreePick.from_record(record, draw="sample" if get(name).drawable and tree_size != "paper" else "top")
 
 
 def availability(name: str, target=None, dtype: str = "fp32") -> tuple[bool, str]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from specviz import SpecVizError, methods, tuning
-from specviz.drafters.base import Drafter, NoDraft
-from specviz.drafters.shape import TreeShape, sampled_shape_of
+from specviz.drafters.base import Drafter, NoDraft, TreePick, TreeTiming
+from specviz.drafters.shape import TreeShape
 from specviz.core.sampling import SamplingParams
 from specviz.core.tree_build import EAGLE1_TREE
 
@@ -25,8 +25,28 @@ def test_tree_shapes_are_checked_values():
     with pytest.raises(ValueError, match="dynamic"):
         TreeShape("static", paths=((0,),), draw="sample")
     # a tuner's T > 0 pick keeps the drafter's top-k and its way of drawing
-    hot = sampled_shape_of(s.replace(draw="sample"), {"depth": 1, "total_tokens": 2})
+    pick = TreePick.from_record({"depth": 3, "top_k": 4, "total_tokens": 10, "sampled": {"depth": 1, "total_tokens": 2}})
+    hot = pick.sampled_for(s.replace(draw="sample"))
     assert (hot.depth, hot.total_tokens, hot.top_k, hot.draw, hot.min_prob) == (1, 2, 8, "sample", 0.0)
+
+
+def test_the_tuners_pick_is_a_typed_value_read_by_name():
+    """The tuner's stored record becomes shapes and timings with named fields; a static pick's T > 0 tree
+    is its own paths; what a record lacks reads None, never a made-up number."""
+    rec = {"kind": "dynamic", "depth": 3, "top_k": 4, "total_tokens": 10, "min_prob": 0.1, "tau": 2.5, "tok_s": 30.0,
+           "vanilla_tok_s": 20.0, "speedup": 1.5, "temperature": 0.0,
+           "sampled": {"depth": 2, "total_tokens": 5, "tau": 1.8, "tok_s": 22.0, "temperature": 1.0}}
+    pick = TreePick.from_record(rec, draw="sample")
+    assert pick.greedy == TreeShape.dynamic(3, 4, 10, 0.1, draw="sample")
+    assert pick.sampled == TreeShape.dynamic(2, 4, 5, draw="sample")  # the greedy tree's top-k
+    assert pick.shape_at(True) is pick.greedy and pick.shape_at(False) is pick.sampled
+    assert pick.timing_at(True).speedup == 1.5 and pick.timing_at(False) == TreeTiming(tau=1.8, tok_s=22.0, temperature=1.0)
+    assert pick.timing_at(False).describe() == {"tau": 1.8, "tok_s": 22.0, "temperature": 1.0}
+    static = TreePick.from_record({"paths": [[0], [1], [0, 0]], "sampled": {"paths": [[0]]}})
+    assert static.greedy.total_tokens == 4 and static.sampled_for(static.greedy) == TreeShape.static([[0]])
+    only_greedy = TreePick.from_record({"depth": 2, "total_tokens": 3})
+    assert only_greedy.sampled is None and only_greedy.shape_at(False) is only_greedy.greedy
+    assert only_greedy.sampled_for(only_greedy.greedy) is None
 
 
 def test_every_drafter_has_the_base_interface():
@@ -83,10 +103,10 @@ def test_building_a_drafter_never_tunes_and_tune_is_the_explicit_step(target, mo
     cached = False
     d = methods.make_drafter("eagle3", target)  # nothing tuned yet: the papers' tree, no timing run
     assert measured == [False] and d.tuning is None and (d.shape.depth, d.shape.total_tokens) == (6, 24)
-    assert methods.tune("eagle3", target) == PICK and measured[-1] is True
+    assert methods.tune("eagle3", target) == TreePick.from_record(PICK, draw="sample") and measured[-1] is True
     cached = True
     d = methods.make_drafter("eagle3", target)  # what tune left: its greedy and its T > 0 trees
-    assert d.tuning == PICK and d.shape == TreeShape.dynamic(2, 8, 3, draw="sample")
+    assert d.tuning == TreePick.from_record(PICK, draw="sample") and d.shape == TreeShape.dynamic(2, 8, 3, draw="sample")
     assert d.sampled_shape == TreeShape.dynamic(1, 8, 2, draw="sample")
     with pytest.raises(SpecVizError, match="no tree to tune"):
         methods.tune("pld", target)

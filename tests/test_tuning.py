@@ -229,7 +229,9 @@ def test_a_timed_tie_goes_to_the_tree_that_verifies_fewer_tokens():
 
 def test_the_tuner_times_the_drafting_a_tuned_drafter_does(target, monkeypatch):
     built = {}
-    monkeypatch.setattr(methods.tuning, "tree_for", lambda *a, **k: built.setdefault(a[1], k["build"]()) if "build" in k else None)
+    # records the drafter the tuner would time, and returns no record (nothing is timed)
+    monkeypatch.setattr(methods.tuning, "tree_for", lambda *a, **k: built.setdefault(a[1], k["build"]()) and None
+                        if "build" in k else None)
     methods.tune("eagle3", target)
     methods.tune("eagle2", target)
     methods.tune("medusa", target)
@@ -266,10 +268,10 @@ def test_a_tuned_drafter_uses_its_sampled_tree_only_at_t_above_0(target, method)
 
     if method == "eagle3":
         tuned = dict(depth=3, total_tokens=8, top_k=8, sampled=dict(depth=1, total_tokens=2))
-        drafter = eagle.make_eagle3(target, pick=TreePick(tuned), draw="sample")
+        drafter = eagle.make_eagle3(target, pick=TreePick.from_record(tuned), draw="sample")
     else:
         tuned = dict(paths=EAGLE1_TREE[:7], sampled=dict(paths=EAGLE1_TREE[:1]))
-        drafter = eagle.make_eagle1(target, pick=TreePick(tuned))
+        drafter = eagle.make_eagle1(target, pick=TreePick.from_record(tuned))
     prompt = EXAMPLE_PROMPTS[0]
     greedy = SpeculativeDecoder(target, drafter, seed=0, detail=False).generate(prompt, 32)
     assert greedy.tokens == vanilla_generate(target, prompt, 32).tokens
@@ -493,8 +495,8 @@ def test_the_suites_fixture_costs_are_held_and_never_timed(target, monkeypatch):
     monkeypatch.setattr(tuning.pick, "time_candidates", lambda *a, **k: pytest.fail("a tree was timed"))
     for m in methods.TUNABLE:
         best = methods.tune(m, target)
-        assert best is not None and best["sampled"]["temperature"] == 1.0, m
-    assert methods.make_drafter("eagle3", target).shape.depth == methods.tune("eagle3", target)["depth"]
+        assert best is not None and best.sampled_timing.temperature == 1.0, m
+    assert methods.make_drafter("eagle3", target).shape.depth == methods.tune("eagle3", target).greedy.depth
 
 
 def test_shipped_heads_carry_profiles(target):

@@ -107,18 +107,18 @@ def _apply_tuned() -> None:
     if best is None:
         ss["tune_msg"] = (m, "warn", tr("sb.tune_none"))
         return
-    sampled = ss.get("temperature", 0.0) > 0 and "sampled" in best
-    best = best["sampled"] if sampled else best  # the tree timed at T = 1 serves every T > 0
-    for k, v in (("depth", best["depth"]), ("tree_topk", best.get("top_k", 8)), ("total_tokens", best["total_tokens"])):
+    sampled = ss.get("temperature", 0.0) > 0 and best.sampled is not None
+    shape, timing = best.shape_at(not sampled), best.timing_at(not sampled)  # the T = 1 tree serves every T > 0
+    for k, v in (("depth", shape.depth), ("tree_topk", shape.top_k), ("total_tokens", shape.total_tokens)):
         ss[k] = ss["w_" + k] = int(v)
-    floor = float(best.get("min_prob", 0.0))
+    floor = shape.min_prob
     ss["min_prob"] = ss["w_min_prob"] = floor
     drawn = sampled and registry.get(m).drawable
     if drawn:  # timed with drafts drawn from q: run it that way, not with EAGLE's top-k drafts
         ss["draw_sample"] = ss["w_draw_sample"] = True
-    said = dict(depth=best["depth"], tau=best["tau"], tps=best["tok_s"], van=best["vanilla_tok_s"],
-                sp=best.get("speedup", best["tok_s"] / best["vanilla_tok_s"]))
-    msg = tr("sb.tune_done_floor", p=floor, **said) if floor > 0 else tr("sb.tune_done", n=best["total_tokens"], **said)
+    said = dict(depth=shape.depth, tau=timing.tau, tps=timing.tok_s, van=timing.vanilla_tok_s,
+                sp=timing.speedup if timing.speedup is not None else timing.tok_s / timing.vanilla_tok_s)
+    msg = tr("sb.tune_done_floor", p=floor, **said) if floor > 0 else tr("sb.tune_done", n=shape.total_tokens, **said)
     ss["tune_msg"] = (m, "ok", msg + (" " + tr("sb.tune_at_t1") if sampled else "") + (" " + tr("sb.tune_drawn") if drawn else ""))
 
 

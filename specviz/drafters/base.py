@@ -14,6 +14,7 @@ timed one there (None: `shape` at every temperature).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -21,7 +22,7 @@ import torch
 from .. import SpecVizError
 from ..core.sampling import SamplingParams
 from ..core.tree import DraftTree
-from .shape import TreeShape, sampled_shape_of
+from .shape import TreeShape
 
 
 DRAFT_VOCAB = 8192  # tuned drafters that read the target's LM head draft over this many first ids, as many as EAGLE-3's
@@ -32,36 +33,74 @@ LOOKUP_NGRAM = (2, 3)  # the tails it matches: 2 to 3 tokens (one token matched 
 
 
 @dataclass(frozen=True)
+class TreeTiming:
+    """What the tuner measured for one tree on built-in prompts (tau, tokens/s, vanilla's tokens/s and
+    the ratio, at `temperature`) beside what its cost model predicted; None where the record lacks it."""
+
+    tau: float | None = None
+    tok_s: float | None = None
+    vanilla_tok_s: float | None = None
+    speedup: float | None = None
+    model_tau: float | None = None
+    model_tok_s: float | None = None
+    temperature: float | None = None
+
+    @classmethod
+    def of(cls, record: dict) -> "TreeTiming":
+        return cls(**{f.name: record.get(f.name) for f in dataclasses.fields(cls)})
+
+    def describe(self) -> dict:
+        """The measured values present, as plain JSON (what the benchmark's files record)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
 class TreePick:
-    """The tuner's choice for one drafter on this device, read by name (specviz.methods builds it from
-    `specviz.tuning`'s record; drafters never import the tuner).
+    """The tuner's choice for one drafter on this device, read by name: the greedy tree and the tree timed
+    at T = 1 (it serves every T > 0), their timings, and what a tuned tree drafts with besides its shape:
+    the draft vocabulary of a drafter that reads the target's LM head (DRAFT_VOCAB: the fastest setting
+    we know, docs/tuning.md), the lookup branch's tokens, and how drafts are picked at T > 0 ("sample":
+    drawn from q; "top": EAGLE's top-k). specviz.methods builds it from `specviz.tuning`'s stored record
+    (`from_record`); drafters never import the tuner."""
 
-    `record` is the tuner's record as it is stored (the greedy tree: `paths`, or `depth`,
-    `total_tokens`, `top_k`, `min_prob`; the tree timed at T = 1 under `sampled`; its timings), kept for
-    `describe_tree` and the sidebar. The other fields are what a tuned tree drafts with besides its
-    shape: the draft vocabulary of a drafter that reads the target's LM head (DRAFT_VOCAB: the fastest
-    setting we know, docs/tuning.md), the lookup branch's tokens, and how drafts are picked at T > 0
-    ("sample": drawn from q; "top": EAGLE's top-k)."""
-
-    record: dict
+    greedy: TreeShape
+    sampled: TreeShape | None = None
+    greedy_timing: TreeTiming = TreeTiming()
+    sampled_timing: TreeTiming | None = None
     draft_vocab: int = DRAFT_VOCAB
     lookup: int = LOOKUP_TOKENS
     draw: str = "top"
 
-    @property
-    def paths(self) -> list:
-        """The greedy static tree's paths (EAGLE-1, Medusa)."""
-        return self.record["paths"]
+    @classmethod
+    def from_record(cls, record: dict, draw: str = "top") -> "TreePick":
+        """The tuner's record as stored (the greedy tree: `paths`, or `depth`, `total_tokens`, `top_k`,
+        `min_prob`; the tree timed at T = 1 under `sampled`, its top-k the greedy one's when absent)."""
+        greedy = _shape_of(record, draw, top_k=8)
+        s = record.get("sampled")
+        return cls(greedy=greedy, sampled=_shape_of(s, draw, greedy.top_k) if s else None,
+                   greedy_timing=TreeTiming.of(record), sampled_timing=TreeTiming.of(s) if s else None, draw=draw)
 
-    def dynamic(self) -> tuple[int, int, int, float]:
-        """The greedy dynamic tree (EAGLE-2/3): depth, total_tokens, top_k, min_prob."""
-        r = self.record
-        return int(r["depth"]), int(r["total_tokens"]), int(r["top_k"]), float(r.get("min_prob", 0.0))
+    def shape_at(self, greedy: bool) -> TreeShape:
+        """The tree drafted greedy, or at T > 0 (the greedy one when none was timed there)."""
+        return self.greedy if greedy or self.sampled is None else self.sampled
 
-    def sampled_shape(self, greedy: TreeShape) -> TreeShape | None:
-        """The shape timed at T = 1 for a drafter whose greedy shape is `greedy` (None: none was timed)."""
-        s = self.record.get("sampled")
-        return sampled_shape_of(greedy, s) if s else None
+    def timing_at(self, greedy: bool) -> TreeTiming:
+        return self.greedy_timing if greedy or self.sampled_timing is None else self.sampled_timing
+
+    def sampled_for(self, greedy: TreeShape) -> TreeShape | None:
+        """The T > 0 tree for a drafter whose greedy shape is `greedy` (a dynamic tree keeps its top-k and
+        its way of drawing; None: none was timed)."""
+        s = self.sampled
+        if s is None or s.kind == "static":
+            return s
+        return greedy.replace(depth=s.depth, total_tokens=s.total_tokens, min_prob=s.min_prob)
+
+
+def _shape_of(record: dict, draw: str, top_k: int) -> TreeShape:
+    if "paths" in record:
+        return TreeShape.static(record["paths"])
+    return TreeShape.dynamic(record["depth"], record.get("top_k", top_k), record["total_tokens"],
+                             record.get("min_prob", 0.0), draw=draw)
 
 
 def default_draft_vocab(draft_vocab, pick: TreePick | None):
@@ -92,7 +131,7 @@ class Drafter:
     # q is the drafter's probability of each token (a head or a draft model), not a placeholder
     # 1.0 (prompt lookup): the engine then computes the target's rows on the likeliest path at once
     q_is_probability = False
-    tuning: dict | None = None  # the tuner's record of how the shape was chosen (specviz.tuning; None: fixed)
+    tuning: TreePick | None = None  # the tuner's pick this drafter was built from (None: a fixed tree)
 
     def reset(self, context: list[int], taps: dict) -> None:
         """Start a sequence. `context` = tokens the target has processed (the prompt minus its
@@ -181,11 +220,9 @@ def describe_tree(drafter, params: SamplingParams = SamplingParams()) -> dict | 
         return None
     # how it drafts besides its tree: a cut vocabulary, a lookup branch (drafters.base), if any
     vocab = {k: v for k, v in drafter.describe(params).items() if k in ("draft_vocab", "lookup")}
-    t = drafter.tuning
-    if t:
-        t = t.get("sampled", t) if not params.greedy else t
-        keep = ("kind", "depth", "total_tokens", "min_prob", "tau", "tok_s", "vanilla_tok_s", "speedup", "model_tau",
-                "model_tok_s", "temperature")
-        return {"source": "device-tuned", **{k: t[k] for k in keep if k in t}, "draw": shape.draw, **vocab}
+    pick = drafter.tuning
+    if pick:
+        tree = {k: v for k, v in pick.shape_at(params.greedy).describe().items() if k != "top_k"}
+        return {"source": "device-tuned", **tree, **pick.timing_at(params.greedy).describe(), "draw": shape.draw, **vocab}
     out = {k: v for k, v in shape.describe().items() if k != "top_k"}
     return {"source": "fixed", **out, **vocab}

@@ -345,10 +345,10 @@ def draft_window(head, window: int | None = None) -> int | None:
 
 def _with_pick(d: EagleDrafter, pick: TreePick | None) -> EagleDrafter:
     """A drafter given the tuner's pick: its greedy shape was built in; the shape timed at T = 1 serves
-    every T > 0, and the tuner's record is kept for `describe_tree`."""
+    every T > 0, and the pick is kept for `describe_tree`."""
     if pick:
-        d.reshape(d.shape, pick.sampled_shape(d.shape))
-        d.tuning = pick.record
+        d.reshape(d.shape, pick.sampled_for(d.shape))
+        d.tuning = pick
     return d
 
 
@@ -358,7 +358,7 @@ def make_eagle1(target, head_dir=None, static_tree=None, pick: TreePick | None =
     `specviz.tuning`), or the paper's tree. `draft_vocab`: see `base.default_draft_vocab`; `lookup`:
     `base.default_lookup`."""
     head, model, folder = shared_head(target, "eagle1", head_dir)
-    d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=pick.paths if pick else static_tree,
+    d = EagleDrafter(head, model, name="eagle1", tree="static", static_tree=pick.greedy.paths if pick else static_tree,
                      window=draft_window(head, window), draft_vocab=default_draft_vocab(draft_vocab, pick),
                      **lookup_options(target, lookup, pick))
     return _with_pick(d, pick)
@@ -368,7 +368,8 @@ def _make_dynamic(target, name, head_method, head_dir, depth, top_k, total_token
                   window=None, draw=None, draft_vocab=None, lookup=None):
     head, model, folder = shared_head(target, head_method, head_dir)
     if pick:
-        depth, total_tokens, top_k, min_prob = pick.dynamic()
+        g = pick.greedy
+        depth, total_tokens, top_k, min_prob = g.depth, g.total_tokens, g.top_k, g.min_prob
     draw = draw or (pick.draw if pick else "top")
     d = EagleDrafter(head, model, name=name, tree="dynamic", depth=depth or paper_depth, top_k=top_k,
                      total_tokens=total_tokens or 24, min_prob=min_prob or 0.0, window=draft_window(head, window),

@@ -115,9 +115,9 @@ def make_drafter(target, head_dir=None, tree=None, pick: TreePick | None = None,
         raise SpecVizError(f"No Medusa heads for {model.name} (looked in {folder}); train them with "
                            "`python -m specviz.train medusa`.")
     heads = load_head(folder, target=model, dtype=model.dtype)
-    d = MedusaDrafter(heads, model, tree=pick.paths if pick else tree, draft_vocab=default_draft_vocab(draft_vocab, pick),
+    d = MedusaDrafter(heads, model, tree=pick.greedy.paths if pick else tree, draft_vocab=default_draft_vocab(draft_vocab, pick),
                       **lookup_options(target, lookup, pick))
     if pick:
-        d.reshape(d.shape, pick.sampled_shape(d.shape))
-        d.tuning = pick.record
+        d.reshape(d.shape, pick.sampled_for(d.shape))
+        d.tuning = pick
     return d

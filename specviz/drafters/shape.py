@@ -60,13 +60,3 @@ class TreeShape:
         if self.min_prob:
             out["min_prob"] = self.min_prob
         return out
-
-
-
-def sampled_shape_of(shape: TreeShape, pick: dict) -> TreeShape:
-    """The shape a tuner timed at T > 0 (`pick`: paths, or depth / total_tokens / min_prob) for a
-    drafter whose greedy shape is `shape`: a dynamic tree keeps its top-k and its way of drawing."""
-    if shape.kind == "static":
-        return TreeShape.static(pick["paths"])
-    return shape.replace(depth=int(pick["depth"]), total_tokens=int(pick["total_tokens"]),
-                         min_prob=float(pick.get("min_prob", 0.0)))
