@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specviz import methods  # noqa: E402
-from specviz.bench import load_prompts  # noqa: E402
+from specviz.bench.prompts import load_prompts  # noqa: E402
 from specviz.core.engine import SpeculativeDecoder  # noqa: E402
 from specviz.core.sampling import SamplingParams  # noqa: E402
 from specviz.core.target import load_target  # noqa: E402

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from specviz.bench import load_prompts
+from specviz.bench.prompts import load_prompts
 from specviz.core.engine import SpeculativeDecoder
 from specviz.heads.io import load_head, shipped_head_dir
 from specviz.methods import make_drafter

@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specviz.heads import Eagle1Head, Eagle3Head, MedusaHeads, head_config_from_target  # noqa: E402
 from specviz.heads.io import save_head  # noqa: E402
-from specviz.loading import read_config  # noqa: E402
+from specviz.runtime.loading import read_config  # noqa: E402
 
 NAME = "specviz-rehearsal"
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

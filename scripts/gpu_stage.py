@@ -27,7 +27,7 @@ MANIFEST = "manifest.json"
 
 
 def sha256(path: Path) -> str:
-    # not specviz.loading's: this script runs on the GPU machine before the wheels specviz needs
+    # not specviz.runtime.loading's: this script runs on the GPU machine before the wheels specviz needs
     # (platformdirs) are unpacked, so it imports nothing of the project
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from specviz.config import ModelConfig  # noqa: E402
+from specviz.runtime.config import ModelConfig  # noqa: E402
 from specviz.drafters.eagle import EagleDrafter  # noqa: E402
 from specviz.core.engine import SpeculativeDecoder  # noqa: E402
 from specviz.heads import Eagle3Head, head_config_from_target  # noqa: E402

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# nginx for the replicas-behind-nginx tests and `python -m specviz.deploy` (Debian package; root or sudo).
+# nginx for the replicas-behind-nginx tests and `python -m specviz.serving.deploy` (Debian package; root or sudo).
 set -euo pipefail
 if command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; then exit 0; fi
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

@@ -48,7 +48,7 @@
 # What NO script re-makes (edit by hand after the refresh, from the refreshed files):
 #   - README.md: the fp32 and bf16 Spec-Bench tables and the paragraphs quoting tau / speedups
 #     (section "Results"), and the 'Serving a classroom' EAGLE-3 rows if they are re-measured
-#     (`python -m specviz.loadtest ...`, timed on an idle machine; tau changes the rounds per answer).
+#     (`python -m specviz.serving.loadtest ...`, timed on an idle machine; tau changes the rounds per answer).
 #   - assets/heads/smollm2-135m-instruct/TRAINING.md: the training story, the per-step and tau tables
 #     (from eval_per_step.json / eval_tau.json), the "Same tree size for all" table (from the
 #     tree_profile.json files) and the shortfalls section.
@@ -96,7 +96,7 @@ if [ "$MODE" = quick ]; then
   mkdir -p "$ROOT"
   (cd "$REPO" && git ls-files -co --exclude-standard -z -- specviz scripts assets | xargs -0 cp --parents -t "$ROOT")
   ln -s "$REPO/../shared" "$WORK/shared"  # result files name their prompts as ../shared/data/...
-  REAL_CACHE=$("$PY" -c 'from specviz.loading import cache_root; print(cache_root())')
+  REAL_CACHE=$("$PY" -c 'from specviz.runtime.loading import cache_root; print(cache_root())')
   mkdir -p "$WORK/cache/tuning"
   for d in "$REAL_CACHE"/*; do [ "$(basename "$d")" = tuning ] || ln -s "$d" "$WORK/cache/"; done
   cp "$REAL_CACHE"/tuning/*.json "$WORK/cache/tuning/" 2>/dev/null || true
@@ -107,7 +107,7 @@ fi
 cd "$ROOT"
 HELPER=("$PY" scripts/refresh_helpers.py)
 helper() { "${HELPER[@]}" "$@"; }
-CACHE=$("$PY" -c 'from specviz.loading import cache_root; print(cache_root())')
+CACHE=$("$PY" -c 'from specviz.runtime.loading import cache_root; print(cache_root())')
 if [ "$MODE" = quick ]; then  # the copy's code must be the one that runs
   where=$("$PY" -c 'import specviz; print(specviz.__file__)')
   case "$where" in "$ROOT"/*) ;; *) echo "specviz imports from $where, not from the copy" >&2; exit 1 ;; esac
@@ -213,20 +213,20 @@ done_step
 # 7. Lesson rounds (assets/lessons/<key>.json: each carries its head's sha256 and tests/test_lesson.py
 #    replays it live, bit for bit) and machine.json (the forward curve copied from step 6's fp32
 #    benchmark, and greedy EAGLE-3 vs vanilla on the lesson prompt). Fixed seeds and settings live in
-#    specviz/lesson.py SPECS. Then every re-recorded round is replayed as the test does.
+#    specviz/teaching/lesson.py SPECS. Then every re-recorded round is replayed as the test does.
 step "7 lesson rounds of $METHODS and machine.json"
 KEYS=$(helper lesson-keys "$METHODS")
 if [ -n "$KEYS" ]; then
-  run "$PY" -m specviz.lesson record --only "$KEYS"
-  run "$PY" -m specviz.lesson check --only "$KEYS"
+  run "$PY" -m specviz.teaching.lesson record --only "$KEYS"
+  run "$PY" -m specviz.teaching.lesson check --only "$KEYS"
 else
   run "${HELPER[@]}" record-machine
 fi
 # The batched round of the Lesson and the serving page (assets/lessons/batch-eagle3.json, replayed by
 # tests/test_batch.py) is EAGLE-3's too.
 if echo ",$METHODS," | grep -q ',eagle3,'; then
-  run "$PY" -m specviz.lesson_batch record
-  run "$PY" -m specviz.lesson_batch check
+  run "$PY" -m specviz.teaching.lesson_batch record
+  run "$PY" -m specviz.teaching.lesson_batch check
 fi
 done_step
 

@@ -34,7 +34,7 @@ HEADS = ROOT / "assets" / "heads" / MODEL
 RESULTS = ROOT / "assets" / "results"
 EQUAL_TREES = ROOT / "assets" / "acceptance" / "equal_trees.json"
 # the shipped head folder each method drafts with (EAGLE-2 drafts with EAGLE-1's head; as
-# specviz.methods' registry and specviz.measured.HEAD_OF say)
+# specviz.methods' registry and specviz.bench.measured.HEAD_OF say)
 HEAD_OF = {"eagle1": "eagle1", "eagle2": "eagle1", "eagle3": "eagle3", "medusa": "medusa", "sps": "sps"}
 QUICK = {"limit": 1, "max_new_tokens": 8}  # the smallest run that still goes through every code path
 QUICK_PROFILE = {"limit": 1, "max_new_tokens": 16}  # a profile needs a few positions past its 8-deep horizon
@@ -95,7 +95,7 @@ def acceptance_args(quick: bool) -> list[str]:
 
 
 def lesson_keys(methods: str) -> list[str]:
-    from specviz.lesson import SPECS
+    from specviz.teaching.lesson import SPECS
 
     return [s.key for s in SPECS if s.method in _methods(methods)]
 
@@ -156,11 +156,11 @@ def forget_costs(cache: Path, methods: str) -> None:
 
 
 def record_machine() -> None:
-    """assets/lessons/machine.json without re-recording any round (`python -m specviz.lesson record`
+    """assets/lessons/machine.json without re-recording any round (`python -m specviz.teaching.lesson record`
     always records rounds: with --only empty it records all of them)."""
     import torch
 
-    from specviz import lesson
+    from specviz.teaching import lesson
     from specviz.core.target import load_target
 
     target = load_target(dtype=torch.float32, device="cpu")

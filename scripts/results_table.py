@@ -98,7 +98,7 @@ def table(folder: Path = RESULTS) -> str:
             if not isinstance(m, dict):
                 continue
             label = LABELS.get(name, name) + (f", T = {t:g}" if t else "")
-            if "llamacpp" in m:  # a peer built outside SpecViz: which build ran (specviz.peers_llamacpp.build_text)
+            if "llamacpp" in m:  # a peer built outside SpecViz: which build ran (specviz.bench.llamacpp.build_text)
                 label += f", {(m['llamacpp'] or {}).get('build') or 'build not recorded'}"
             same = m.get("identical_to_vanilla")
             match = m.get("vanilla_match")  # a peer with its own numerics (llama.cpp): how many prompts matched

@@ -27,10 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from specviz.core import engine  # noqa: E402
-from specviz.bench import load_prompts  # noqa: E402
+from specviz.bench.prompts import load_prompts  # noqa: E402
 from specviz.drafters.base import NoDraft  # noqa: E402
 from specviz.core.engine import SpeculativeDecoder  # noqa: E402
-from specviz.machine import machine  # noqa: E402
+from specviz.runtime.machine import machine  # noqa: E402
 from specviz.methods import make_drafter  # noqa: E402
 from specviz.core.sampling import SamplingParams  # noqa: E402
 from specviz.core.target import load_target  # noqa: E402

@@ -38,7 +38,7 @@ from .drafters.lookup import stop_ids_of
 from .drafters.pld import PromptLookupDrafter
 from .drafters.toy import ToyDrafter
 from .heads.io import shipped_head_dir
-from .loading import DEFAULT_MODEL
+from .runtime.loading import DEFAULT_MODEL
 
 
 @dataclass(frozen=True)

@@ -51,10 +51,10 @@ def fixture_costs(target) -> dict:
 def install(target, folder: Path) -> list[Path]:
     """Write the fixture as `target`'s cost file in `folder` (what `$SPECVIZ_TUNING_DIR` names), under
     the name for every thread count from 1 to the CPU's: the app's server runs its sessions on fewer
-    threads than the test process (specviz.concurrency), and a cost file is per thread count."""
+    threads than the test process (specviz.serving.concurrency), and a cost file is per thread count."""
     import torch
 
-    from specviz.machine import device_key
+    from specviz.runtime.machine import device_key
 
     text = json.dumps(fixture_costs(target), indent=1)
     Path(folder).mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
 """What every load-test run in the tests must show: no error, nothing stuck, every round equal to its
-solo run, every step done (`specviz.loadtest.run`'s result)."""
+solo run, every step done (`specviz.serving.loadtest.run`'s result)."""
 
 
 def check_load_result(res: dict, sessions: int, steps_per_session: int, label: str, capsys) -> None:

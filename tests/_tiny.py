@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from specviz.config import ModelConfig
+from specviz.runtime.config import ModelConfig
 from specviz.core.target import TargetModel
 
 

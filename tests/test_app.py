@@ -300,7 +300,7 @@ def test_compare_acceptance_view_needs_no_run(new_app):
     # the shipped acceptance profiles' tau at the compared size, as the page computes it (which
     # method accepts most is a fact about the shipped heads, not the page: EAGLE-2 and EAGLE-3
     # have traded places from head to head; TRAINING.md)
-    from specviz import measured
+    from specviz.bench import measured
     from specviz.viz.compare import profile_tau_curve, tau_at
 
     labels = {"eagle1": "EAGLE-1", "eagle2": "EAGLE-2", "eagle3": "EAGLE-3", "medusa": "Medusa"}
@@ -351,8 +351,8 @@ def _y_title(spec: dict):
 def test_batch_page_shipped_curve_recorded_round_and_live_run(new_app):
     """"When speculation stops paying": the shipped throughput curve with its crossover line, the
     recorded round's block-diagonal mask, and "Run it here" measuring B = 1, 2 on this machine."""
-    from specviz import measured
-    from specviz.batch_results import crossover_summary
+    from specviz.bench import measured
+    from specviz.bench.results import crossover_summary
 
     at = ok(new_app().run())
     at.switch_page("views/serving.py").run()
@@ -400,7 +400,7 @@ def test_lesson_step_11_many_users(new_app):
 def test_compare_hardware_whatif_from_measured_costs(monkeypatch, new_app):
     """The what-if reads this machine's cached costs (here a fixed table, so the curve can be
     checked) and says that no GPU curve ships rather than inventing one."""
-    from specviz import measured
+    from specviz.bench import measured
     from specviz.viz.compare import profile_tau_curve, whatif_speedup
 
     costs = {"forward": {"1": 0.004, "4": 0.008, "16": 0.024, "64": 0.075}, "overhead": 0.001,
@@ -455,7 +455,7 @@ def test_started_copy_equals_a_fresh_start(target, method):
     from specviz.app.session import started_decoder
     from specviz.app.state import DEFAULTS, sampling_params
     from specviz.core.engine import SpeculativeDecoder
-    from specviz.loadtest import canonical
+    from specviz.serving.loadtest import canonical
 
     if not method_status(method)[0]:
         pytest.skip(f"{method} has no shipped head here")
@@ -555,7 +555,7 @@ def test_timed_runs_alternate_and_the_median_run_is_shown(monkeypatch):
 def test_whatif_names_only_the_methods_whose_drafting_is_unmeasured(new_app, monkeypatch):
     """With this machine's costs cached but one method's drafting missing, the what-if tab says
     which (not that nothing is measured) and still draws the measured methods' curves."""
-    from specviz import measured
+    from specviz.bench import measured
 
     costs = {"forward": {"1": 0.005, "8": 0.009, "32": 0.02}, "overhead": 0.001,
              **{f"draft.{m}": {str(d): 0.001 * d for d in range(1, 9)} for m in ("eagle1", "eagle2", "eagle3")}}

@@ -15,9 +15,9 @@ import torch
 
 from specviz import SpecVizError, methods
 from specviz.core import target as target_module
-from specviz.batch import BatchDecoder
+from specviz.serving.batch import BatchDecoder
 from specviz.core.kv_cache import PassPart
-from specviz.bugs import DEFAULT_BROKEN, get_policy
+from specviz.teaching.bugs import DEFAULT_BROKEN, get_policy
 from specviz.core.engine import SpeculativeDecoder
 from specviz.examples import EXAMPLE_PROMPTS
 from specviz.lossless.exact import exact_round_diff
@@ -221,12 +221,12 @@ def test_batch_errors_are_clear(target, tiny_target):
 def test_the_recorded_batched_round_replays_identically(target):
     """assets/lessons/batch-eagle3.json is a real batched round: replayed live, every user's round
     is the recorded one (the lesson and the serving page draw it without running the model)."""
-    from specviz import lesson_batch
+    from specviz.teaching import lesson_batch
 
     rec = lesson_batch.load()
     assert rec is not None and len(rec.traces) == 3
     assert rec.pass_rows == sum(len(t.nodes) for t in rec.traces)
-    _, check = lesson_batch.check_replay(target, rec)  # exact, or to specviz.agreement's tolerance on other numerics
+    _, check = lesson_batch.check_replay(target, rec)  # exact, or to specviz.runtime.agreement's tolerance on other numerics
     assert check.differences == []
     rec.traces[1].nodes[2].token += 1  # a planted change is caught on any machine
     assert lesson_batch.check_replay(target, rec)[1].differences

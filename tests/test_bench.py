@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from specviz import bench, tuning
+from specviz.bench import cli as bench
+from specviz import tuning
 
 
 @pytest.fixture
@@ -99,7 +100,7 @@ def one_prompt(tmp_path):
 @pytest.mark.slow
 def test_llamacpp_peers_are_skipped_with_the_install_command_when_missing(one_prompt, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` now fails as if it were not installed
-    ok, why = bench.peers_llamacpp.available()
+    ok, why = bench.llamacpp.available()
     assert not ok and "pip install llama-cpp-python" in why
     out = tmp_path / "r.json"
     rc = bench.main(["--methods", "vanilla,llamacpp,llamacpp-pld", "--prompts", str(one_prompt), "--max-new-tokens", "4",
@@ -118,7 +119,7 @@ def test_llamacpp_peers_are_skipped_with_the_install_command_when_missing(one_pr
 
 def test_llamacpp_peers_run_on_the_same_gguf_and_prompt_ids(one_prompt, tmp_path, target):
     pytest.importorskip("llama_cpp")
-    from specviz.loading import default_gguf_path
+    from specviz.runtime.loading import default_gguf_path
 
     out = tmp_path / "r.json"
     methods = ["vanilla", "llamacpp", "llamacpp-pld"]
@@ -190,7 +191,7 @@ def test_bench_batch_rejects_bad_input(args, msg, capsys):
 
 
 def test_crossover_is_the_first_batch_where_speculation_no_longer_pays():
-    from specviz.bench_batch import crossover
+    from specviz.bench.batched import crossover
 
     by = {str(b): {"vanilla": {"throughput_tok_s": v}, "eagle3": {"throughput_tok_s": e}}
           for b, v, e in ((1, 100, 120), (2, 150, 160), (4, 200, 190), (8, 260, 270))}
@@ -221,7 +222,7 @@ def test_round_anatomy_counts_a_phase_inside_another_once(monkeypatch):
 def test_a_llamacpp_build_is_named_by_its_version_and_instruction_sets():
     """The bench records which llama.cpp build ran (its speed depends on it); the README's table prints
     `build` as it is (test_docs checks the table against scripts/results_table.py)."""
-    from specviz import peers_llamacpp as P
+    from specviz.bench import llamacpp as P
 
     info = "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | AVX512 = 0 | LLAMAFILE = 1 | OPENMP = 1 |"
     assert P.simd_flags(info) == ["SSE3", "SSSE3", "AVX", "AVX2", "F16C", "FMA", "LLAMAFILE", "OPENMP"]

@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from specviz.bugs import BUGS, DEFAULT_BROKEN, POLICIES, VARIANTS, explain, get_policy
+from specviz.teaching.bugs import BUGS, DEFAULT_BROKEN, POLICIES, VARIANTS, explain, get_policy
 from specviz.i18n import S
 from specviz.lossless import PrefixModel, TargetOracle, exact_max_diff, make_drafter, run_check
 from specviz.core.sampling import SamplingParams, probs

@@ -1,4 +1,4 @@
-"""Replicas behind nginx (`python -m specviz.deploy`): the generated config (nginx -t), the launcher's
+"""Replicas behind nginx (`python -m specviz.serving.deploy`): the generated config (nginx -t), the launcher's
 errors, and, marked slow, two real replicas behind a real nginx on 127.0.0.1: 20 load-test sessions
 through it, each equal to its solo run and each kept on one replica by the routing cookie; a
 headless browser's WebSocket through it (also marked browser); the command going on without a
@@ -22,9 +22,9 @@ import pytest
 from _load import check_load_result
 
 from specviz import SpecVizError
-from specviz import deploy
-from specviz.deploy import Deployment, check_port, find_nginx, render_config
-from specviz.server import free_port
+from specviz.serving import deploy
+from specviz.serving.deploy import Deployment, check_port, find_nginx, render_config
+from specviz.serving.server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
@@ -91,9 +91,9 @@ def test_replicas_share_one_servers_workers_and_cores(monkeypatch):
     for cores, replicas, cuda, want in [(2, 1, False, (2, 1)), (2, 2, False, (1, 1)), (3, 2, False, (1, 1)),
                                         (4, 1, False, (1, 3)), (16, 2, False, (1, 7)), (16, 4, False, (1, 3)),
                                         (64, 100, False, (1, 1)), (16, 2, True, (4, 1))]:
-        monkeypatch.setattr("specviz.concurrency._cores", lambda c=cores: c)
+        monkeypatch.setattr("specviz.serving.concurrency._cores", lambda c=cores: c)
         assert deploy.replica_settings(replicas, cuda=cuda) == want, (cores, replicas, cuda)
-    monkeypatch.setattr("specviz.concurrency._cores", lambda: 16)
+    monkeypatch.setattr("specviz.serving.concurrency._cores", lambda: 16)
     monkeypatch.setenv("SPECVIZ_WORKERS", "3")
     monkeypatch.setenv("SPECVIZ_TORCH_THREADS", "2")
     assert deploy.replica_settings(2) == (3, 2)  # the teacher's settings win
@@ -135,9 +135,9 @@ def access_log(d: Deployment) -> list[dict]:
 
 @pytest.mark.slow
 def test_twenty_sessions_through_nginx_match_solo_runs(deployment, target, monkeypatch, capsys):
-    """`specviz.loadtest --url` through nginx: 20 sessions at once (start, next round x3, replay),
+    """`specviz.serving.loadtest --url` through nginx: 20 sessions at once (start, next round x3, replay),
     every trace equal to the solo run's; both replicas serve; each session stays on one."""
-    from specviz.loadtest import run
+    from specviz.serving.loadtest import run
 
     assert len(deployment.replica_urls) == 2
     monkeypatch.setenv("SPECVIZ_TORCH_THREADS", str(deployment.threads))  # the solo runs: the replicas' count
@@ -225,14 +225,14 @@ def test_browser_websocket_through_nginx(deployment, tmp_path):
 
 @pytest.mark.slow
 def test_command_survives_a_dead_replica_and_stops_on_sigterm(nginx, tmp_path):
-    """`python -m specviz.deploy --replicas 2`: when one replica dies it says so and nginx serves
+    """`python -m specviz.serving.deploy --replicas 2`: when one replica dies it says so and nginx serves
     from the other; SIGTERM then stops everything: exit 0, no process left."""
     import urllib.request
 
     port = free_port()
     out = tmp_path / "out.log"
     with open(out, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "specviz.deploy", "--replicas", "2", "--port", str(port),
+        proc = subprocess.Popen([sys.executable, "-m", "specviz.serving.deploy", "--replicas", "2", "--port", str(port),
                                  "--host", "127.0.0.1", "--run-dir", str(tmp_path / "run")],
                                 cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
     children = {}

@@ -15,7 +15,7 @@ import json
 import pytest
 import torch
 
-from specviz import cudagraph
+from specviz.runtime import cudagraph
 from specviz.drafters.base import NoDraft
 from specviz.drafters.eagle import EagleDrafter
 from specviz.drafters.medusa import MedusaDrafter
@@ -163,9 +163,9 @@ def test_replay_reproduces_rounds(kit, method):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_a_batch_of_rounds_is_identical_to_vanilla(kit, vanilla_tokens, method):
-    """Batched rounds (specviz.batch) on this device: four sequences, ragged prompts and budgets,
+    """Batched rounds (specviz.serving.batch) on this device: four sequences, ragged prompts and budgets,
     one target pass per round; each greedy output is its solo vanilla output."""
-    from specviz.batch import BatchDecoder
+    from specviz.serving.batch import BatchDecoder
 
     prompts = [PROMPT, PROMPT[3:], PROMPT[:9], PROMPT[1:]]
     budgets = [NEW, 7, 13, NEW]
@@ -185,7 +185,7 @@ def test_a_batch_of_rounds_is_identical_to_vanilla(kit, vanilla_tokens, method):
 @pytest.mark.parametrize("method", ["eagle3", "medusa", "sps"])
 def test_a_sampled_batched_round_is_exactly_lossless(kit, method):
     """The exact one-round check on each sequence of a batched round at temperature 1."""
-    from specviz.batch import BatchDecoder
+    from specviz.serving.batch import BatchDecoder
     from specviz.lossless.exact import exact_round_diff
 
     params = SamplingParams(temperature=1.0)
@@ -199,7 +199,7 @@ def test_a_sampled_batched_round_is_exactly_lossless(kit, method):
 
 
 def test_bench_writes_its_json(kit, tmp_path, monkeypatch):
-    from specviz import bench
+    from specviz.bench import cli as bench
     from specviz.core import target as target_mod
 
     load = lambda *a, **k: kit.target  # noqa: E731
@@ -255,7 +255,7 @@ def test_sample_takes_a_generator_on_either_device(kit):
 
 
 def test_default_dtype_is_bf16_on_a_gpu_fp32_on_a_cpu():
-    from specviz.loading import default_dtype
+    from specviz.runtime.loading import default_dtype
 
     assert default_dtype("cpu") == torch.float32
     assert default_dtype("cuda") == torch.bfloat16
@@ -263,7 +263,7 @@ def test_default_dtype_is_bf16_on_a_gpu_fp32_on_a_cpu():
 
 
 def test_block_kernel_refuses_tensors_off_the_cpu():
-    from specviz.blockweights import quantize_q8_0
+    from specviz.runtime.blockweights import quantize_q8_0
 
     bw = quantize_q8_0(torch.randn(8, 64))
     with pytest.raises(ValueError, match="CPU only"):

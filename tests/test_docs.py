@@ -96,7 +96,7 @@ def test_the_check_catches_a_planted_run_number(planted):
     assert run_numbers(f"A line.\nSomething {planted}, on a Zen 3 VM.\n"), planted
 
 
-@pytest.mark.parametrize("fine", ["python -m specviz.loadtest --sessions 30", "30 sessions pressing at once",
+@pytest.mark.parametrize("fine", ["python -m specviz.serving.loadtest --sessions 30", "30 sessions pressing at once",
                                   "a 2-core Zen 3 VM on 3 Dec 2026", "specbench_fp32_t0_l20_zen3.json",
                                   "the issue's goal", "tokens/s 1.45x"])
 def test_the_check_leaves_ordinary_text_alone(fine):

@@ -7,7 +7,7 @@ import contextlib
 import pytest
 import torch
 
-from specviz import agreement
+from specviz.runtime import agreement
 from specviz.drafters.eagle import EagleDrafter
 from specviz.core.engine import SpeculativeDecoder, vanilla_generate
 from specviz.heads import Eagle1Head, Eagle3Head, head_config_from_target
@@ -307,7 +307,7 @@ def test_medusa_softmax_and_top_k_in_the_kernel_propose_the_torch_paths_trees(te
     """Medusa's distributions made and ranked by the kernel (`softmax_top_rows`) propose the torch
     path's trees from the same state, with the same q to float rounding; with a cut vocabulary
     (`draft_vocab`, as tuned trees draft) only its ids."""
-    from specviz import qkernel
+    from specviz.runtime import qkernel
     from specviz.drafters import medusa
     from specviz.methods import make_drafter
 

@@ -194,8 +194,8 @@ def test_kernel_layer_drafts_like_the_torch_layer(method, tiny_target):
     cache entries: a commit pass, a tree level seeing everything, and a level seeing only its own
     ancestors among 3 uncommitted entries (`offset`). The kernel sums attention, rotary and norms in
     another order, so they agree to float rounding, not bit for bit."""
-    from specviz import qkernel
-    from specviz.blockweights import speed_up_linears
+    from specviz.runtime import qkernel
+    from specviz.runtime.blockweights import speed_up_linears
 
     if qkernel.library() is None:
         pytest.skip(f"no kernel: {qkernel.error()}")
@@ -240,7 +240,7 @@ def test_kernel_layer_drafts_like_the_torch_layer(method, tiny_target):
 def _float64_twin(head, lm_blocks=None):
     """A float64 copy of a drafting head whose weights are the Q8_0-rounded ones the kernel reads,
     computing with torch's plain ops (its dense path): the reference for `DraftKernel`."""
-    from specviz.blockweights import quantize_q8_0
+    from specviz.runtime.blockweights import quantize_q8_0
 
     twin = type(head)(head.config)
     twin.load_state_dict(head.state_dict())
@@ -261,8 +261,8 @@ def test_draft_kernel_level_matches_a_float64_reference(method, tiny_target):
     softmax at a temperature, top-k) against the same head in float64 torch on the same rounded
     weights: a commit pass of 4 entries, then a level of 2 entries that each see one of 3 earlier
     tree entries. A wrong mask, norm, rotary row, residual or softmax fails it."""
-    from specviz import qkernel
-    from specviz.blockweights import quantize_q8_0, speed_up_linears
+    from specviz.runtime import qkernel
+    from specviz.runtime.blockweights import quantize_q8_0, speed_up_linears
 
     if qkernel.library() is None:
         pytest.skip(f"no kernel: {qkernel.error()}")
@@ -323,8 +323,8 @@ def test_fuse_taps_gives_head_fuse_bits(tiny_target):
     `DraftKernel.fuse_taps`: bit for bit what `head.fuse` gives on the same Q8_0 copy of fc, for taps
     that are gathered rows (not contiguous) too. Swapped taps, another rounding of fc or a wrong row
     count fail it; where the copy cannot serve (too many rows, fp64 taps) nothing is written."""
-    from specviz import qkernel
-    from specviz.blockweights import MAX_BLOCK_ROWS, speed_up_linears
+    from specviz.runtime import qkernel
+    from specviz.runtime.blockweights import MAX_BLOCK_ROWS, speed_up_linears
 
     if qkernel.library() is None:
         pytest.skip(f"no kernel: {qkernel.error()}")

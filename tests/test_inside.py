@@ -91,7 +91,7 @@ def test_calibration_bins_count_every_drafted_node_and_its_verdict():
 
 
 def test_calibration_of_a_recorded_lesson_round_matches_its_trace():
-    from specviz import lesson as LS
+    from specviz.teaching import lesson as LS
 
     tr = LS.load_round("eagle2-greedy").trace.to_dict()
     cal = expansion.calibration([tr])
@@ -107,7 +107,7 @@ def test_ttt_mask_is_the_mask_attend_ttt_applies():
     """With q = k = 0 the attention is a plain mean over what a query may see; comparing attend_ttt's
     output with the mean taken under ttt_mask checks every cell."""
     from specviz.heads.eagle import Eagle3Head, head_config_from_target
-    from specviz.config import ModelConfig
+    from specviz.runtime.config import ModelConfig
 
     cfg = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, n_layers=6, n_heads=2, n_kv_heads=2,
                       head_dim=16, rope_theta=10000.0, tie_embeddings=True, eos_token_ids=(1,))

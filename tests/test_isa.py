@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz import machine
+from specviz.runtime import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 # what makes an AVX-512 machine compute as an AVX2-only one: our kernel's build, torch's dispatch, MKL's

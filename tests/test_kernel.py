@@ -6,9 +6,9 @@ import ctypes
 import pytest
 import torch
 
-from specviz import agreement, qkernel
-from specviz.blockweights import BlockWeight, _head_orders, _match
-from specviz.machine import cpuinfo_field
+from specviz.runtime import agreement, qkernel
+from specviz.runtime.blockweights import BlockWeight, _head_orders, _match
+from specviz.runtime.machine import cpuinfo_field
 
 
 def random_blocks(kind: str, n: int, k: int, seed: int) -> BlockWeight:
@@ -65,7 +65,7 @@ def test_matmul_equals_dense(lib, kind, tokens):
     ref = (x.double() @ bw.dequantize().double().T).float()
     got = bw.matmul(x, lib)
     assert got.shape == (1, tokens, 70)
-    # fp32 sums against an exact reference: specviz.agreement's bound for one reduction of k = 96
+    # fp32 sums against an exact reference: specviz.runtime.agreement's bound for one reduction of k = 96
     assert (got - ref).abs().max().item() <= agreement.path_tolerance(96) * max(1.0, ref.abs().max().item())
 
 
@@ -112,7 +112,7 @@ def test_disabled_kernel_keeps_dense_weights(target, monkeypatch):
 
 
 def test_speed_up_linears_rounds_weights_only_for_short_inference_inputs():
-    from specviz.blockweights import speed_up_linears
+    from specviz.runtime.blockweights import speed_up_linears
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.SiLU(), torch.nn.Linear(48, 40, bias=False))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specviz import lesson as LS
-from specviz import agreement, machine
+from specviz.teaching import lesson as LS
+from specviz.runtime import agreement, machine
 from specviz.core.trace import RoundTrace
 
 ROUNDS = LS.load_rounds()
@@ -47,7 +47,7 @@ def test_heads_are_the_ones_recorded(target):
 
 @pytest.mark.parametrize("key", [s.key for s in LS.SPECS])
 def test_replays_live_to_the_identical_trace(target, key):
-    """Every field but the three timings, judged by specviz.agreement's policy: floats exactly where
+    """Every field but the three timings, judged by specviz.runtime.agreement's policy: floats exactly where
     this machine computes as the recording one did (same torch vector kernels and vendor, same
     block-kernel width), elsewhere to the fp32 model tolerance; tokens, tree, decisions and draws
     exactly everywhere."""

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specviz import SpecVizError
-from specviz import loading
+from specviz.runtime import loading
 from specviz.core.target import load_target
 
 

@@ -10,7 +10,7 @@ import pytest
 from _load import check_load_result
 
 from specviz import SpecVizError
-from specviz.concurrency import WorkGate, configure_threads, default_workers, server_threads
+from specviz.serving.concurrency import WorkGate, configure_threads, default_workers, server_threads
 
 
 def test_gate_bounds_and_fifo_order():
@@ -90,7 +90,7 @@ def test_worker_and_thread_settings(monkeypatch):
     monkeypatch.delenv("SPECVIZ_WORKERS")
     monkeypatch.delenv("SPECVIZ_TORCH_THREADS", raising=False)
     for cores, workers, threads in [(1, 1, 1), (2, 2, 1), (3, 2, 1), (4, 1, 3), (16, 1, 15)]:
-        monkeypatch.setattr("specviz.concurrency._cores", lambda c=cores: c)
+        monkeypatch.setattr("specviz.serving.concurrency._cores", lambda c=cores: c)
         assert default_workers(cuda=False) == workers
         assert server_threads() == threads  # every core computes once; the page gets the spare one
     monkeypatch.undo()
@@ -105,7 +105,7 @@ def test_worker_and_thread_settings(monkeypatch):
 
 
 def test_canonical_drops_only_timings():
-    from specviz.loadtest import canonical
+    from specviz.serving.loadtest import canonical
 
     a = canonical('{"b": 1, "draft_time_s": 0.5, "verify_time_s": 1, "total_time_s": 2, "a": [1, 2]}')
     assert a == canonical('{"a": [1, 2], "b": 1, "draft_time_s": 9}')
@@ -113,7 +113,7 @@ def test_canonical_drops_only_timings():
 
 
 def test_loadtest_refuses_non_loopback():
-    from specviz.loadtest import run
+    from specviz.serving.loadtest import run
 
     with pytest.raises(SystemExit, match="loopback"):
         run("http://192.0.2.1:8501", 2, 1, 5)
@@ -121,10 +121,10 @@ def test_loadtest_refuses_non_loopback():
 
 @pytest.mark.slow
 def test_ten_simultaneous_sessions_match_solo_runs(target, capsys):
-    """`python -m specviz.loadtest --sessions 10`: a real server on 127.0.0.1, ten sessions at once
+    """`python -m specviz.serving.loadtest --sessions 10`: a real server on 127.0.0.1, ten sessions at once
     through start, next round x3, replay; every trace equals the solo run's, no error element."""
-    from specviz.loadtest import run
-    from specviz.server import streamlit_server
+    from specviz.serving.loadtest import run
+    from specviz.serving.server import streamlit_server
 
     extra = ["--server.enableAgentApi", "true", "--server.agentWaitTimeout", "300"]
     with streamlit_server(extra) as url:
@@ -137,7 +137,7 @@ def test_shared_model_untouched_by_concurrent_decoders(target):
     several workers), give exactly their solo traces, and no weight changes."""
     import torch
 
-    from specviz.loadtest import make_plans, solo_traces
+    from specviz.serving.loadtest import make_plans, solo_traces
 
     def digest():
         return [float(p.double().sum()) for p in (target.model.embed, target.model.norm, target.model.lm_head)]

@@ -111,7 +111,7 @@ def test_a_tuned_eagle_tree_gets_the_lookup_branch_and_the_papers_tree_not(targe
     assert methods.make_drafter("eagle3", target).lookup == 3
     assert methods.make_drafter("eagle3", target, lookup=0).lookup == 0
     assert methods.make_drafter("eagle2", target, tree_size="paper").lookup == 0
-    from specviz.bench import describe_tree  # what the benchmark files record
+    from specviz.bench.cli import describe_tree  # what the benchmark files record
     assert describe_tree(methods.make_drafter("eagle3", target))["lookup"] == 3
     assert "lookup" not in describe_tree(methods.make_drafter("eagle3", target), SamplingParams(temperature=1.0))
     assert "lookup" not in describe_tree(methods.make_drafter("eagle3", target, tree_size="paper"))

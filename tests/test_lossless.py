@@ -205,7 +205,7 @@ def test_speculative_matches_vanilla_on_the_real_model(real, setting, method):
 
 
 def test_negative_control_fails_on_the_real_model(real):
-    from specviz.bugs import DEFAULT_BROKEN
+    from specviz.teaching.bugs import DEFAULT_BROKEN
 
     target, ids, oracle = real
     o = oracle("t1")
@@ -269,7 +269,7 @@ def test_shipped_drafters_are_lossless_and_a_broken_rule_is_caught(real, method,
     vocabulary, which two draws without replacement would square; tests/test_verify.py checks wider
     drawn trees) and SpS's sampled chain pass the exact check and the sample test; resampling from p
     instead of the residual fails both checks."""
-    from specviz.bugs import DEFAULT_BROKEN
+    from specviz.teaching.bugs import DEFAULT_BROKEN
 
     target, ids, oracle = real
     o = oracle("t1")

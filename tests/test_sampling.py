@@ -100,7 +100,7 @@ def test_sample_matches_its_distribution_and_never_draws_zero_mass():
 @pytest.fixture(params=["numpy", "kernel"])
 def sort_path(request, monkeypatch):
     """Run a test with each value sort `sampling.sorted_values` may use."""
-    from specviz import qkernel
+    from specviz.runtime import qkernel
 
     lib = qkernel.library() if request.param == "kernel" else None
     if request.param == "kernel" and lib is None:

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from specviz import SpecVizError, loading
+from specviz import SpecVizError
+from specviz.runtime import loading
 from specviz.app.prompts import prompt_ids
-from specviz.settings import allowed_dirs, check_ui_model_spec, is_allowed
+from specviz.runtime.settings import allowed_dirs, check_ui_model_spec, is_allowed
 from specviz.core.target import load_target
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""The classroom server's coalescing of simultaneous rounds (specviz.step_batcher): rounds that wait
+"""The classroom server's coalescing of simultaneous rounds (specviz.serving.step_batcher): rounds that wait
 at the same moment share one pass, and every session still gets exactly its solo round."""
 
 import dataclasses
@@ -8,11 +8,11 @@ import time
 import pytest
 
 from specviz import SpecVizError, methods
-from specviz.concurrency import WorkGate
+from specviz.serving.concurrency import WorkGate
 from specviz.core.engine import SpeculativeDecoder
 from specviz.examples import EXAMPLE_PROMPTS
 from specviz.core.sampling import SamplingParams
-from specviz.step_batcher import StepBatcher, max_batch_from_env
+from specviz.serving.step_batcher import StepBatcher, max_batch_from_env
 
 SETTINGS = [("eagle3", 0.0), ("pld", 1.0), ("vanilla", 0.0), ("medusa", 0.7), ("eagle1", 1.0), ("eagle3", 0.8)]
 ROUNDS = 3

@@ -195,7 +195,7 @@ def test_long_passes_switch_to_the_dense_weights_where_they_are_faster(target, h
     """A prefill of >= DENSE_FROM_ROWS rows runs on the dense copy of the weights where that is faster
     (AVX2, Intel AVX-512); shorter passes, tree passes, and every pass where no switch is set, stay on
     the blocks. The logits agree with Hugging Face either way."""
-    from specviz import blockweights
+    from specviz.runtime import blockweights
 
     model = target.model
     if model.blocks is None:

@@ -126,7 +126,7 @@ def test_autocast_runs_in_fp32_on_a_cpu_without_native_bf16(tiny, tmp_path, monk
 
 
 def test_cpu_has_bf16_reads_the_flags():
-    from specviz.machine import cpu_has_bf16
+    from specviz.runtime.machine import cpu_has_bf16
 
     zen3 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n"
     zen5 = "processor\t: 0\nflags\t\t: fpu avx2 fma avx512f avx512_bf16 avx512_vnni\n"

@@ -537,7 +537,7 @@ def test_compare_trees_script_reads_tree_settings():
 def test_the_tuners_pass_times_price_the_lm_head_rows_a_round_computes(target, monkeypatch):
     """A round computes the LM head for the root and the likely path only (engine.PREFETCH_ROWS):
     the curve the tuner prices trees with must do the same, or a 24-node tree pays for 24 rows."""
-    from specviz.machine import pass_times
+    from specviz.runtime.machine import pass_times
 
     model = target.model
     rows = []

@@ -10,7 +10,7 @@ import torch
 from scipy.stats import chisquare
 
 from specviz import SpecVizError
-from specviz.bugs import get_policy
+from specviz.teaching.bugs import get_policy
 from specviz.lossless import PrefixModel, exact_dist_k, torch_threads
 from specviz.core.sampling import SamplingParams, probs, sample
 from specviz.core.trace import AcceptStep
@@ -316,7 +316,7 @@ def test_sampled_dynamic_tree_rounds_give_the_targets_two_token_distribution(var
     A broken rule (resampling from p after a rejection) is caught by the same test."""
     from scipy.stats import chisquare
 
-    from specviz.bugs import get_policy
+    from specviz.teaching.bugs import get_policy
     from specviz.core.tree_build import build_sampled_tree
 
     V, trials = 4, 12000

@@ -9,9 +9,10 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from specviz import lesson_batch, measured
-from specviz.batch_results import crossover_sentence, crossover_summary, machine_label, tree_words
-from specviz.bench_batch import crossover
+from specviz.teaching import lesson_batch
+from specviz.bench import measured
+from specviz.bench.results import crossover_sentence, crossover_summary, machine_label, tree_words
+from specviz.bench.batched import crossover
 from specviz.i18n import t
 from specviz.core.trace import NodeTrace, RoundTrace
 from specviz.viz import STATUS_COLORS

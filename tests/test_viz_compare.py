@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from specviz import measured
+from specviz.bench import measured
 from specviz.viz import toy
-from specviz.machine import interpolate
+from specviz.runtime.machine import interpolate
 from specviz.viz import compare as vc
 
 

@@ -53,7 +53,7 @@ STRIP = [
 def _cpu_names() -> list[str]:
     """CPU model names the pages quote as data (this machine's, and the recorded lessons' machine):
     proper nouns such as 'Intel(R) Xeon(R) Processor', not UI text to translate."""
-    from specviz.machine import machine
+    from specviz.runtime.machine import machine
 
     names = {machine()["cpu"]}
     rec = ROOT / "assets" / "lessons" / "machine.json"

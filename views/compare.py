@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from specviz import SpecVizError
-from specviz import measured
+from specviz.bench import measured
 from specviz import methods as registry
 from specviz.app.gate import heavy_work
 from specviz.app.measure import measure_forward
@@ -20,7 +20,7 @@ from specviz.app.prompts import current_prompt, prompt_box
 from specviz.app.session import TIMED_REPEATS, first_round, run_alternating
 from specviz.app.sidebar import page_setup
 from specviz.app.state import lang, settings, tr
-from specviz.machine import interpolate
+from specviz.runtime.machine import interpolate
 from specviz.viz import accept_length_hist, acceptance_by_depth, depth_acceptance_figure, round_time_figure, tree_figure
 from specviz.viz.compare import (
     METHOD_COLORS,

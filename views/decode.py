@@ -9,7 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from specviz import SpecVizError
-from specviz.concurrency import draw_gate
+from specviz.serving.concurrency import draw_gate
 from specviz.app.clicks import clicked_node
 from specviz.app.figcache import cached
 from specviz.app.prompts import current_prompt, prompt_box

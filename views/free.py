@@ -7,14 +7,14 @@ import pandas as pd
 import streamlit as st
 
 from specviz import SpecVizError
-from specviz import measured
+from specviz.bench import measured
 from specviz.app.measure import measure_forward
 from specviz.app.methods import method_label
 from specviz.app.model import device_name, get_target
 from specviz.app.sidebar import page_setup
 from specviz.app.state import lang, tr
 from specviz.viz import figure_html, latency_curve_figure, latency_grid_figure, speedup_by_batch_figure
-from specviz.machine import interpolate
+from specviz.runtime.machine import interpolate
 from specviz.viz.compare import profile_tau_curve, relative_cost_figure, tau_at, whatif_speedup
 
 page_setup()

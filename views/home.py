@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from specviz import SpecVizError
-from specviz import lesson as LS
+from specviz.teaching import lesson as LS
 from specviz.app.model import device_name, get_target
 from specviz.app.methods import method_label
 from specviz.app.prompts import current_prompt, prompt_box

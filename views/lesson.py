@@ -1,5 +1,5 @@
-"""Lesson: eleven steps of speculative decoding over recorded real rounds (specviz.lesson; step 11's
-batched round: specviz.lesson_batch).
+"""Lesson: eleven steps of speculative decoding over recorded real rounds (specviz.teaching.lesson; step 11's
+batched round: specviz.teaching.lesson_batch).
 
 Nothing here runs the model unless a step's "Run it live" button is pressed: the recordings in
 assets/lessons/ are real engine rounds, re-checked by tests/test_lesson.py.
@@ -10,17 +10,17 @@ from __future__ import annotations
 import streamlit as st
 
 from specviz import SpecVizError
-from specviz import lesson as LS
-from specviz import lesson_batch as LB
-from specviz import measured
-from specviz.batch_results import crossover_sentence, crossover_summary, report_caption
+from specviz.teaching import lesson as LS
+from specviz.teaching import lesson_batch as LB
+from specviz.bench import measured
+from specviz.bench.results import crossover_sentence, crossover_summary, report_caption
 from specviz.i18n import t
 from specviz.app.clicks import clicked_node
 from specviz.app.gate import heavy_work
 from specviz.app.model import load_shared_target
 from specviz.app.sidebar import page_setup
 from specviz.app.state import lang, tr
-from specviz.machine import numerics as machine_numerics
+from specviz.runtime.machine import numerics as machine_numerics
 from specviz.viz import EXTRA_ID, ancestors, node_pq_panel, show_token, tree_figure
 from specviz.viz.batch import batch_mask_figure, batch_trees_figure, throughput_figure
 from specviz.viz.lesson import bottleneck_figure, pass_ratio, predicted_rows
@@ -32,7 +32,7 @@ L = lang()
 CFG = {"displaylogo": False}
 
 # step -> the recording it shows (step 1 draws the cost curve; step 8 shows all three EAGLE trees;
-# step 11 shows the batched recording of specviz.lesson_batch, loaded apart: None here)
+# step 11 shows the batched recording of specviz.teaching.lesson_batch, loaded apart: None here)
 STEPS = (
     ("s1", "eagle3-greedy"),
     ("s2", "eagle3-greedy"),
@@ -121,7 +121,7 @@ def run_live():
                 _live_state()[sid] = replay_batch(target)
             else:
                 # exact where this CPU computes as the recording's did; elsewhere (AVX2 vs AVX-512)
-                # probabilities may move within specviz.agreement's tolerance, tokens and draws may not
+                # probabilities may move within specviz.runtime.agreement's tolerance, tokens and draws may not
                 live, check = LS.check_replay(target, rec)
                 _live_state()[sid] = {"trace": live, "exact": check.exact, "diff": check.differences}
     except Exception as e:  # noqa: BLE001 - shown on the page, the recording stays on view

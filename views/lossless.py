@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from specviz import SpecVizError, bugs, lossless
+from specviz import SpecVizError, lossless
+from specviz.teaching import bugs
 from specviz.app.gate import heavy_work
 from specviz.app.methods import make_drafter, method_label, method_status
 from specviz.methods import TOY_METHODS

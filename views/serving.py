@@ -7,15 +7,15 @@ from __future__ import annotations
 import streamlit as st
 
 from specviz import SpecVizError
-from specviz import lesson_batch
-from specviz import measured
+from specviz.teaching import lesson_batch
+from specviz.bench import measured
 from specviz.app.gate import heavy_work
 from specviz.app.methods import make_drafter
 from specviz.app.model import device_name, get_target
 from specviz.app.sidebar import page_setup
 from specviz.app.state import lang, sampling_params, settings, tr
-from specviz.batch_live import measure
-from specviz.batch_results import SPEC, crossover_sentence, crossover_summary, report_caption, tree_words
+from specviz.bench.live import measure
+from specviz.bench.results import SPEC, crossover_sentence, crossover_summary, report_caption, tree_words
 from specviz.examples import EXAMPLE_PROMPTS
 from specviz.viz.batch import (batch_mask_figure, batch_table, batch_trees_figure, method_label, per_user_figure,
                                ratio_figure, throughput_figure)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import streamlit as st
 
-from ..concurrency import gate
+from ..serving.concurrency import gate
 from .state import lang
 
 

@@ -1,11 +1,11 @@
-"""Latency of one target pass for the "Why it is free" page: `specviz.machine`'s measurement
+"""Latency of one target pass for the "Why it is free" page: `specviz.runtime.machine`'s measurement
 (shared with the tree tuner and the benchmark), run inside the engine gate, in milliseconds."""
 
 from __future__ import annotations
 
 import statistics
 
-from ..machine import pass_times
+from ..runtime.machine import pass_times
 from .gate import heavy_work
 
 

@@ -9,7 +9,7 @@ import streamlit as st
 import torch
 
 from .. import SpecVizError
-from ..settings import check_ui_model_spec
+from ..runtime.settings import check_ui_model_spec
 from ..core.target import load_target
 from .gate import heavy_work
 from .state import DEFAULTS, tr
@@ -36,7 +36,7 @@ def get_target():
 
 def load_model_from_ui() -> None:
     """Sidebar callback: load the model typed in `w_model_path`. Only folders inside the cache
-    or the configured directories (specviz.settings) are accepted; a damaged, tampered or
+    or the configured directories (specviz.runtime.settings) are accepted; a damaged, tampered or
     unsupported checkpoint is refused with a message and the session keeps its previous model."""
     ss = st.session_state
     text = str(ss.get("w_model_path") or "")

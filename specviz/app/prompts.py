@@ -7,7 +7,7 @@ import streamlit as st
 
 from .. import SpecVizError
 from ..examples import EXAMPLE_PROMPTS
-from ..tokenizer import clean_prompt
+from ..runtime.tokenizer import clean_prompt
 from .state import tr
 
 EXAMPLES = [

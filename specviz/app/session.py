@@ -9,7 +9,7 @@ import json
 import streamlit as st
 
 from ..core.engine import SpeculativeDecoder
-from ..step_batcher import batcher
+from ..serving.step_batcher import batcher
 from . import prefill
 from .figcache import cached
 from .gate import heavy_work
@@ -35,7 +35,7 @@ class Session:
 
     def step(self):
         """Run the next round; returns its trace. Rounds that other sessions start at the same
-        moment share one target pass with it (specviz.step_batcher): the trace is the same."""
+        moment share one target pass with it (specviz.serving.step_batcher): the trace is the same."""
         dec = self.decoder
         self.snaps = self.snaps[: len(dec.traces)]
         self.snaps.append(dec.snapshot())

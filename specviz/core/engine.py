@@ -86,7 +86,7 @@ class SpeculativeDecoder:
         if drafter is not None and not isinstance(drafter, Drafter):  # what a drafter can do is declared there
             raise TypeError(f"drafter must be a specviz.drafters.base.Drafter, got {type(drafter).__name__}")
         self.drafter = drafter or NoDraft()
-        if not isinstance(policy, Policy):  # a bug of the zoo is passed as specviz.bugs.get_policy(name)
+        if not isinstance(policy, Policy):  # a bug of the zoo is passed as specviz.teaching.bugs.get_policy(name)
             raise TypeError(f"policy must be a specviz.core.verify.Policy, got {type(policy).__name__}")
         self.params, self.seed, self.policy, self.detail = params, int(seed), policy, detail
         self.max_len = min(max_len or 4096, self.model.cfg.max_position)
@@ -182,7 +182,7 @@ class SpeculativeDecoder:
     def draft(self) -> "RoundPlan":
         """A round's first phase: the drafter's tree, and the positions and mask of its verify pass
         (built as Python lists and made tensors once: every small torch op costs more than the list work).
-        `step` runs the three phases for one sequence; `specviz.batch` runs them for many with one pass."""
+        `step` runs the three phases for one sequence; `specviz.serving.batch` runs them for many with one pass."""
         if self.cache is None:
             raise SpecVizError("Call start(prompt) before step().")
         if self.done:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import SpecVizError
-from ..config import ModelConfig
+from ..runtime.config import ModelConfig
 from .ops import keep_entries
 
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import SpecVizError, qkernel
+from .. import SpecVizError
+from ..runtime import qkernel
 
 
 @dataclass(frozen=True)

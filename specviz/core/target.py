@@ -16,14 +16,15 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .. import SpecVizError, cudagraph, qkernel
-from ..blockweights import LayerBlocks, attach_blocks, quantize_q8_0
-from ..config import ModelConfig, rope_inv_freq
-from ..loading import DEFAULT_MODEL, default_device, default_dtype, default_gguf_path, load_checkpoint
-from ..machine import cpu_vendor
+from .. import SpecVizError
+from ..runtime import cudagraph, qkernel
+from ..runtime.blockweights import LayerBlocks, attach_blocks, quantize_q8_0
+from ..runtime.config import ModelConfig, rope_inv_freq
+from ..runtime.loading import DEFAULT_MODEL, default_device, default_dtype, default_gguf_path, load_checkpoint
+from ..runtime.machine import cpu_vendor
 from .kv_cache import KVCache, PassPart
 from .ops import rms_norm, rope_cos_sin, rotate_half
-from ..tokenizer import ChatTokenizer
+from ..runtime.tokenizer import ChatTokenizer
 
 
 @dataclass
@@ -172,7 +173,7 @@ class TargetModel:
     @property
     def kernel_armed(self) -> bool:
         """Whether the compiled block kernel multiplies this model's passes (block weights on the CPU).
-        Only then does a row round the same in any batch (specviz.step_batcher batches on it)."""
+        Only then does a row round the same in any batch (specviz.serving.step_batcher batches on it)."""
         return self.blocks is not None and self._lib is not None and _uses_kernel(self.device)
 
     def fuses(self, parts) -> bool:
@@ -263,7 +264,7 @@ class TargetModel:
 
     @torch.inference_mode()
     def forward_batch(self, parts: list[PassPart], taps=()) -> list[ForwardOut]:
-        """Several sequences' new tokens in one pass (a batch of rounds: specviz.batch): the rows side by
+        """Several sequences' new tokens in one pass (a batch of rounds: specviz.serving.batch): the rows side by
         side, each weight read once for all, each token attending to its own cache and its own tree (a
         block-diagonal mask, no padding). Every row comes out as in its sequence's pass alone. Returns one
         ForwardOut per part: `hidden` [1, T, H] (normed, no LM head) and the taps; K/V stay pending."""

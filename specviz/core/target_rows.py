@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from .. import qkernel
+from ..runtime import qkernel
 from .sampling import SamplingParams, probs
 
 

@@ -19,7 +19,7 @@ The deterministic rule is the sampled rule with q = one-hot(x): min(1, p/1) = p(
 max(p - onehot(x), 0) = p with x zeroed. So one walk serves both; the difference is only which
 q vector the rule uses. That vector, the residual, the acceptance probability and the sources of
 the extra token make up a :class:`Policy`; the correct one is :data:`CORRECT`, the deliberately
-broken ones live in :mod:`specviz.bugs` (``bugs.get_policy(name)``) and are passed as ``policy=``.
+broken ones live in :mod:`specviz.teaching.bugs` (``bugs.get_policy(name)``) and are passed as ``policy=``.
 
 p and q are always the *warped* distributions (same temperature, top-k, top-p). Uniform draws come
 from ``torch.rand(1, generator=generator)`` and tokens from :func:`specviz.core.sampling.sample`, so the

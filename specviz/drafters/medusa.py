@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from .. import SpecVizError, qkernel
+from .. import SpecVizError
+from ..runtime import qkernel
 from ..heads.draft_kernel import DraftKernel
 from ..heads.io import load_head, shipped_head_dir
 from ..core.sampling import SamplingParams, warp_logits

@@ -15,7 +15,7 @@ import torch
 
 from .. import SpecVizError
 from ..heads.io import shipped_head_dir
-from ..loading import DEFAULT_MODEL, read_config, read_state_dict
+from ..runtime.loading import DEFAULT_MODEL, read_config, read_state_dict
 from ..core.sampling import probs, sample
 from ..core.target import TargetModel
 from ..core.tree import DraftTree

@@ -21,8 +21,8 @@ import threading
 
 import torch
 
-from .. import qkernel
-from ..blockweights import MAX_BLOCK_ROWS, quantize_q8_0
+from ..runtime import qkernel
+from ..runtime.blockweights import MAX_BLOCK_ROWS, quantize_q8_0
 from ..core.sampling import SamplingParams
 from .layers import FusedLinears
 

@@ -18,9 +18,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .. import cudagraph
-from ..blockweights import MAX_BLOCK_ROWS
-from ..config import ModelConfig, rope_inv_freq
+from ..runtime import cudagraph
+from ..runtime.blockweights import MAX_BLOCK_ROWS
+from ..runtime.config import ModelConfig, rope_inv_freq
 from .draft_kernel import DraftKernel
 from .layers import MLP, Attention, KernelLayer, RMSNorm, Rotary, block_mask
 

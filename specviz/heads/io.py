@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .. import SpecVizError
-from ..blockweights import speed_up_linears
+from ..runtime.blockweights import speed_up_linears
 from .eagle import Eagle1Head, Eagle3Head
 from .medusa import MedusaHeads
 

@@ -15,8 +15,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .. import qkernel
-from ..blockweights import MAX_BLOCK_ROWS, BlockWeight, LayerBlocks, quantize_q8_0
+from ..runtime import qkernel
+from ..runtime.blockweights import MAX_BLOCK_ROWS, BlockWeight, LayerBlocks, quantize_q8_0
 from ..core.ops import keep_entries, rms_norm, rope_cos_sin, rotate_half
 
 

@@ -1,5 +1,5 @@
 """Strings of batched serving: the page "When speculation stops paying" (views/serving.py), its
-figures (specviz/viz/batch.py) and their words (specviz/batch_results.py)."""
+figures (specviz/viz/batch.py) and their words (specviz/bench/results.py)."""
 
 STRINGS: dict[str, tuple[str, str]] = {
     "nav.batch": ("When speculation stops paying", "推测解码何时不再划算"),
@@ -124,11 +124,11 @@ STRINGS: dict[str, tuple[str, str]] = {
     "batch.mask_title": ("The one pass's attention mask: block-diagonal", "这一次前向的注意力掩码：块对角"),
     "batch.user_prompt": ("**{user}**: “{prompt}”", "**{user}**：“{prompt}”"),
     "batch.round_caption": (
-        "Recorded round {r} of the batch ({m}, greedy, fp32, {cpu}, {utc}); `python -m specviz.lesson_batch check` replays it and must get the identical rounds.",
-        "批次的第 {r} 轮录制（{m}，贪心，fp32，{cpu}，{utc}）；`python -m specviz.lesson_batch check` 会重放它，并且必须得到完全相同的各轮。",
+        "Recorded round {r} of the batch ({m}, greedy, fp32, {cpu}, {utc}); `python -m specviz.teaching.lesson_batch check` replays it and must get the identical rounds.",
+        "批次的第 {r} 轮录制（{m}，贪心，fp32，{cpu}，{utc}）；`python -m specviz.teaching.lesson_batch check` 会重放它，并且必须得到完全相同的各轮。",
     ),
-    "batch.round_missing": ("The recorded batched round is missing: run `python -m specviz.lesson_batch record`.",
-                            "缺少录制的批处理轮次：请运行 `python -m specviz.lesson_batch record`。"),
+    "batch.round_missing": ("The recorded batched round is missing: run `python -m specviz.teaching.lesson_batch record`.",
+                            "缺少录制的批处理轮次：请运行 `python -m specviz.teaching.lesson_batch record`。"),
     # ---- run it here
     "batch.live_title": ("Run it here", "在本机运行"),
     "batch.live_intro": (

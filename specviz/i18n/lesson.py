@@ -22,7 +22,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "lesson.live_differs": ("Live run differs from the recording: {diff}", "实时运行与录制不同：{diff}"),
     "lesson.live_showing": ("Showing the live round.", "正在显示实时运行的这一轮。"),
     "lesson.live_curve": ("Measured now: {ms}", "刚刚测得：{ms}"),
-    "lesson.missing": ("The recorded rounds are missing: run `python -m specviz.lesson record`.", "缺少录制的轮次：请运行 `python -m specviz.lesson record`。"),
+    "lesson.missing": ("The recorded rounds are missing: run `python -m specviz.teaching.lesson record`.", "缺少录制的轮次：请运行 `python -m specviz.teaching.lesson record`。"),
     "lesson.recorded": ("Recorded round: {method}, {tree}, {rule}, seed {seed}, round {r} of the prompt “{prompt}” (fp32, {cpu}, {utc}). Head checksum {sha}.",
                         "录制的轮次：{method}，{tree}，{rule}，随机种子 {seed}，提示“{prompt}”的第 {r} 轮（fp32，{cpu}，{utc}）。草稿头校验和 {sha}。"),
     "lesson.tree_static": ("static tree of {n} nodes, depth {d}", "{n} 个节点、深度 {d} 的静态树"),

@@ -1,4 +1,4 @@
-"""Strings of the acceptance-rule page, the bug zoo (specviz.bugs) and the toy drafters of the check."""
+"""Strings of the acceptance-rule page, the bug zoo (specviz.teaching.bugs) and the toy drafters of the check."""
 
 STRINGS: dict[str, tuple[str, str]] = {
     # ---- acceptance rule toy
@@ -78,7 +78,7 @@ STRINGS: dict[str, tuple[str, str]] = {
         "**EAGLE-2/3's tree rule is the same test with a one-hot q.** Their drafts are the head's top-k tokens, chosen, not sampled: for such a child q(x) = 1, so min(1, p(x)/q(x)) = p(x), and the residual norm(max(p − q, 0)) is p with x set to zero and renormalised. The two-candidate section below applies exactly this, child after child.",
         "**EAGLE-2/3 的树规则就是 q 为独热分布时的同一检验。** 它们的草稿是草稿头的前 k 个 token，是选取而非采样：对这样的子节点 q(x) = 1，因此 min(1, p(x)/q(x)) = p(x)，而残差 norm(max(p − q, 0)) 就是把 x 置零后重新归一化的 p。下面的两候选部分正是逐个子节点应用这一规则。",
     ),
-    # ---- the bug zoo (specviz.bugs): title, explanation, when it shows, per variant
+    # ---- the bug zoo (specviz.teaching.bugs): title, explanation, when it shows, per variant
     "bug.unwarped-bonus.title": ("Bonus token from the raw logits",
         "附加 token 取自未处理的 logits"),
     "bug.unwarped-bonus.explain": ("When every draft token is accepted, the target adds one bonus token. This bug draws it from softmax(raw logits) instead of the distribution after temperature, top-k and top-p. With temperature below 1 or a top-k/top-p cut, the raw distribution is flatter: tokens that warping shrinks or removes (the long tail) appear where vanilla sampling would never produce them, and the most likely tokens are under-produced. It only strikes right after a fully accepted path, so the better the drafter, the larger the bias; at temperature 1 without top-k/top-p it is invisible. The public EAGLE code once had exactly this bug.",

@@ -23,9 +23,9 @@ from ..core.target import load_target
 from ..drafters.lookup import stop_ids_of
 from ..examples import EXAMPLE_PROMPTS
 from ..heads.io import load_head, shipped_head_dir
-from ..lesson import EAGLE2_PAPER, EAGLE3_PAPER, PROMPT_CODE, head_checksums
-from ..loading import cache_root
-from ..machine import machine
+from ..teaching.lesson import EAGLE2_PAPER, EAGLE3_PAPER, PROMPT_CODE, head_checksums
+from ..runtime.loading import cache_root
+from ..runtime.machine import machine
 from ..methods import make_drafter
 from . import expansion, feature, fusion, vocab
 

@@ -5,7 +5,7 @@ Two kinds of evidence, both usable from tests, the command line and the app:
 * **Exact.** :func:`exact_first_token_dist` and :func:`exact_dist_k` enumerate one round's
   acceptance walk analytically (no sampling) and give the distribution of the first token(s) the
   round emits. For a correct rule it equals the warped target distribution to rounding; a broken
-  variant (``variant=``, see :mod:`specviz.bugs`) differs. Deterministic trees are fixed, so any
+  variant (``variant=``, see :mod:`specviz.teaching.bugs`) differs. Deterministic trees are fixed, so any
   k up to the tree depth + 1 is covered; sampled trees are random, so they are marginalised over
   the draws: with a :class:`DraftTree` that is possible for the first token (it needs q at the
   root only), with a :class:`PrefixModel` (distributions after every prefix) for any k.

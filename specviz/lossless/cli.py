@@ -10,7 +10,7 @@ import sys
 import torch
 
 from .. import SpecVizError, methods
-from ..bugs import DEFAULT_BROKEN, POLICIES
+from ..teaching.bugs import DEFAULT_BROKEN, POLICIES
 from ..core.sampling import SamplingParams
 from ..core.target import load_target
 from .empirical import CheckResult, make_drafter, run_check, torch_threads

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import SpecVizError, methods
-from ..bugs import get_policy
+from ..teaching.bugs import get_policy
 from ..drafters.base import Drafter
 from ..core.sampling import SamplingParams, sample
 from ..core.verify import verify

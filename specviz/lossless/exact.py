@@ -1,7 +1,7 @@
 """The exact distribution of one round's output, by enumerating the acceptance walk (no sampling).
 
 For a correct rule it equals the warped target distribution to rounding; a broken rule (a
-:mod:`specviz.bugs` policy) differs. Deterministic trees are fixed, so any k up to the tree depth
+:mod:`specviz.teaching.bugs` policy) differs. Deterministic trees are fixed, so any k up to the tree depth
 + 1 is covered; sampled trees are random, so they are marginalised over the draws: with a
 :class:`DraftTree` that is possible for the first token (it needs q at the root only), with a
 :class:`PrefixModel` (distributions after every prefix) for any k. Tokens after the round ends
@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from .. import SpecVizError
-from ..bugs import get_policy
+from ..teaching.bugs import get_policy
 from ..core.sampling import SamplingParams
 from ..core.tree import DraftTree
 from ..core.verify import CORRECT, Policy, drop_token, onehot

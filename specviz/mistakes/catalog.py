@@ -20,7 +20,7 @@ class Mistake:
     name: str
     kind: str  # one of CLASSES
     drafter: str  # what it runs on: "eagle3-chain" / "eagle1-chain" (that head drafting a chain of 4), "sps" (SpS, 4 drafts), "none"
-    zoo: str | None = None  # the bug zoo's name when the mistake is one of its policies (specviz.bugs)
+    zoo: str | None = None  # the bug zoo's name when the mistake is one of its policies (specviz.teaching.bugs)
     in_one_round: bool = False  # the mistake lives in one round's drafts or rule: the exact check at T = 1 applies
 
     def key(self, part: str) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import methods
-from ..bugs import get_policy
+from ..teaching.bugs import get_policy
 from ..core.engine import SpeculativeDecoder, TokenRates
 from ..lossless.exact import exact_first_token_dist
 from ..lossless.oracle import TargetOracle, node_prefixes, proposer_for

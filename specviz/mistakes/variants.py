@@ -2,7 +2,7 @@
 
 Output-changing: :func:`trained_along` (the target's final norm took one optimizer step of the draft
 head's loss), :func:`padded_greedy` (a right-padded row decoded with its padding mask dropped). The
-third, the residual built from the scalar q(x), is the bug zoo's ``scalar-residual`` (specviz.bugs).
+third, the residual built from the scalar q(x), is the bug zoo's ``scalar-residual`` (specviz.teaching.bugs).
 Only slower: :class:`StaleFeatureEagle` (every draft step reads the prefix's last feature),
 :class:`HotDraftSpS` (SpS drafting and verifying with a q at another temperature),
 :class:`NoBonusDecoder` (the bonus token thrown away), :class:`UncachedTargetDrafter` (a fresh

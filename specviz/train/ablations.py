@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import SpecVizError
-from ..loading import cache_root
+from ..runtime.loading import cache_root
 from .trainers import TrainConfig, train
 
 SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "ablations" / "ablations.json"

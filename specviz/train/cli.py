@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from .. import SpecVizError
-from ..loading import cache_root
+from ..runtime.loading import cache_root
 from .data import GenConfig, build, default_data_dir
 from .evaluate import main as eval_main
 from .sps import train_sps

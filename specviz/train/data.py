@@ -45,7 +45,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from .. import SpecVizError
-from ..loading import cache_root
+from ..runtime.loading import cache_root
 from ..core.target import KVCache, load_target
 from .sources import benchmark_texts, iter_sharegpt, load_conversations, read_conversations, score_batch, split_items
 

@@ -25,7 +25,7 @@ from .. import SpecVizError
 from ..heads.eagle import Eagle1Head, Eagle3Head, head_config_from_target
 from ..heads.io import read_state, detect_method, load_head, save_head
 from ..heads.medusa import MedusaHeads
-from ..machine import cpu_has_bf16
+from ..runtime.machine import cpu_has_bf16
 from ..core.target import load_target
 from .batches import Batch, batches, draft_vocab, index_map, make_batch, online_batch, soft_ce, token_frequencies
 from .data import SeqData

@@ -24,7 +24,7 @@ and depth, how often each (levels drafted, frontier width, tree size) occurred, 
 
 from __future__ import annotations
 
-from ..machine import forward_curve, interpolate, runtime_id  # noqa: F401  (read by the tests and pages through here)
+from ..runtime.machine import forward_curve, interpolate, runtime_id  # noqa: F401  (read by tests and pages here)
 from .costs import COSTS_VERSION, GRID, OVERHEAD_SIZES, STALE_FACTOR, cost_file, device_costs  # noqa: F401
 from .pick import SAMPLED_AT, TUNED_DRAFTING, time_candidates, tree_for, tuned_tree  # noqa: F401
 from .profiles import (MAX_DEPTH, MIN_PROBS, PROFILE_FILE, Recorder, collect_profile, dynamic_accepts,  # noqa: F401

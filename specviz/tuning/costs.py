@@ -17,8 +17,8 @@ from ..drafters.base import NoDraft
 from ..drafters.shape import TreeShape
 from ..core.engine import PREFETCH_ROWS, SpeculativeDecoder
 from ..examples import EXAMPLE_PROMPTS
-from ..loading import cache_root
-from ..machine import device_key, forward_curve, machine, runtime_id, sync
+from ..runtime.loading import cache_root
+from ..runtime.machine import device_key, forward_curve, machine, runtime_id, sync
 
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 64)
 COSTS_VERSION = 4  # 2: drafting timed right after a target pass (cold caches), as in a real round;

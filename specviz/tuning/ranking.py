@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..drafters.shape import TreeShape
 from ..heads.io import shipped_head_dir
-from ..machine import interpolate
+from ..runtime.machine import interpolate
 from .profiles import PROFILE_FILE, load_profile
 
 def rank_trees(profile: dict, costs: dict, method: str) -> list[dict]:

@@ -1,5 +1,5 @@
-"""Pure figure builders for batched serving: a batched benchmark's `by_batch` (specviz.bench_batch)
-or a recorded batched round (specviz.lesson_batch) in, Plotly figures and tables out.
+"""Pure figure builders for batched serving: a batched benchmark's `by_batch` (specviz.bench.batched)
+or a recorded batched round (specviz.teaching.lesson_batch) in, Plotly figures and tables out.
 
 Why these figures: at B = 1 a draft tree's extra tokens ride on compute the one sequence leaves
 idle; a batch spends that compute on other users, so speculation's edge shrinks as B grows. The
@@ -105,7 +105,7 @@ def throughput_figure(by_batch: dict, lang: str = "en", crossover_b: int | None 
                       gpu_by_batch: dict | None = None, gpu_trees: dict | None = None, gpu_crossover_b: int | None = None) -> go.Figure:
     """Every user's tokens per second together against the batch size B, one line per method (a
     GPU measurement, when given, dashed), with a dashed vertical line at `crossover_b`: the
-    smallest B where EAGLE-3 no longer beats vanilla (specviz.bench_batch.crossover)."""
+    smallest B where EAGLE-3 no longer beats vanilla (specviz.bench.batched.crossover)."""
     return _by_batch_figure("throughput_tok_s", "batch.ax_throughput", t("bench.tok_s", lang), by_batch, lang, trees,
                             gpu_by_batch, gpu_trees, crossover_b, gpu_crossover_b)
 

@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..i18n import t
-from ..machine import interpolate  # the one reader of a measured cost curve
+from ..runtime.machine import interpolate  # the one reader of a measured cost curve
 
 LEGEND = dict(orientation="h", yanchor="bottom", y=1.02, x=0, xanchor="left")
 MARGIN = dict(l=10, r=10, t=50, b=10)

@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..i18n import t
-from ..machine import interpolate  # the one piecewise-linear reader of a measured cost curve
+from ..runtime.machine import interpolate  # the one piecewise-linear reader of a measured cost curve
 from .figures import LEGEND_TOP
 
 

@@ -13,9 +13,9 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import SpecVizError
+from .. import SpecVizError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

@@ -1,6 +1,6 @@
 """Load test: many simultaneous sessions on one real SpecViz server, each checked against a solo run.
 
-    python -m specviz.loadtest --sessions 30 --method eagle3 --page decode
+    python -m specviz.serving.loadtest --sessions 30 --method eagle3 --page decode
 
 Starts `streamlit run app.py` on 127.0.0.1 (a free port) with Streamlit's agent API switched on
 for this run only (`--server.enableAgentApi true`; the classroom config keeps it off). The agent
@@ -14,7 +14,7 @@ latency, and next to it the server's CPU time per step (all its threads, from /p
 run started the server) and the engine's own time per round (from the traces' timing fields):
 what is left of the CPU time is the page's Python.
 
-The solo runs use the server's torch thread count (specviz.concurrency.server_threads): float sums
+The solo runs use the server's torch thread count (specviz.serving.concurrency.server_threads): float sums
 depend on it. Loopback only: `--url` must point at 127.0.0.1/localhost. Bounded: at most 64 sessions, and
 every request times out.
 """
@@ -37,13 +37,13 @@ from pathlib import Path
 
 import torch
 
-from .app.methods import APP_METHODS, make_drafter
-from .app.prompts import EXAMPLES, prompt_ids
-from .app.state import DEFAULTS, sampling_params
+from ..app.methods import APP_METHODS, make_drafter
+from ..app.prompts import EXAMPLES, prompt_ids
+from ..app.state import DEFAULTS, sampling_params
 from .concurrency import server_threads
-from .core.engine import SpeculativeDecoder
+from ..core.engine import SpeculativeDecoder
 from .server import streamlit_process
-from .core.target import load_target
+from ..core.target import load_target
 
 TIMING_FIELDS = ("draft_time_s", "verify_time_s", "total_time_s")
 MAX_SESSIONS = 64
@@ -113,7 +113,7 @@ def solo_traces(plan: Plan, rounds: int, target) -> list[str]:
 # ------------------------------------------------------------------------------- agent client
 class Client:
     """One simulated student. Like a browser it loads the page first and keeps its own cookies:
-    behind nginx (`python -m specviz.deploy`) the routing cookie that first response hands out
+    behind nginx (`python -m specviz.serving.deploy`) the routing cookie that first response hands out
     keeps the session, and the files its page serves, on one replica."""
 
     def __init__(self, base: str, timeout: float):
@@ -315,7 +315,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new", type=int, default=32)
     ap.add_argument("--timeout", type=float, default=300, help="seconds per request")
     ap.add_argument("--url", help="an already running server on loopback, started with --server.enableAgentApi true "
-                                  "(or nginx in front of replicas: python -m specviz.deploy --agent-api)")
+                                  "(or nginx in front of replicas: python -m specviz.serving.deploy --agent-api)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     a = ap.parse_args(argv)
     logging.getLogger("streamlit").setLevel(logging.ERROR)

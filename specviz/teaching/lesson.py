@@ -7,8 +7,8 @@ head weights and of this module's pick rule. `replay()` runs the same settings l
 `differences()` says where a live round departs from the recording (timings excluded), which is
 what tests/test_lesson.py checks for every file.
 
-    python -m specviz.lesson record   # regenerate assets/lessons/*.json (a minute on 2 cores)
-    python -m specviz.lesson check    # replay every recording live and compare
+    python -m specviz.teaching.lesson record   # regenerate assets/lessons/*.json (a minute on 2 cores)
+    python -m specviz.teaching.lesson check    # replay every recording live and compare
 """
 
 from __future__ import annotations
@@ -22,18 +22,18 @@ from pathlib import Path
 
 import torch
 
-from .core.engine import SpeculativeDecoder, vanilla_generate
-from .heads.io import shipped_head_dir
-from .agreement import replay_tolerance, value_close
-from .machine import forward_curve, numerics
-from .machine import machine as _machine
-from .methods import head_method, make_drafter
-from .core.sampling import SamplingParams
-from .core.target import load_target
-from .core.trace import RoundTrace
-from .core.tree_build import EAGLE1_TREE
+from ..core.engine import SpeculativeDecoder, vanilla_generate
+from ..heads.io import shipped_head_dir
+from ..runtime.agreement import replay_tolerance, value_close
+from ..runtime.machine import forward_curve, numerics
+from ..runtime.machine import machine as _machine
+from ..methods import head_method, make_drafter
+from ..core.sampling import SamplingParams
+from ..core.target import load_target
+from ..core.trace import RoundTrace
+from ..core.tree_build import EAGLE1_TREE
 
-LESSON_DIR = Path(__file__).resolve().parent.parent / "assets" / "lessons"
+LESSON_DIR = Path(__file__).resolve().parents[2] / "assets" / "lessons"
 TIMING_FIELDS = ("draft_time_s", "verify_time_s", "total_time_s")
 MACHINE_FILE = "machine.json"
 
@@ -202,7 +202,7 @@ def replay(target, rec: LessonRound) -> RoundTrace:
 
 def differences(a: RoundTrace, b: RoundTrace, tol: float = 0.0, limit: int = 10) -> list[str]:
     """Where two traces differ (timings ignored): paths like 'nodes[3].p: 0.41 != 0.42'.
-    `tol` is a relative tolerance for floats (0: exact; `specviz.agreement.value_close`); every
+    `tol` is a relative tolerance for floats (0: exact; `specviz.runtime.agreement.value_close`); every
     other field (tokens, tree, decisions, draws) is always compared exactly."""
     out: list[str] = []
 
@@ -232,7 +232,7 @@ def differences(a: RoundTrace, b: RoundTrace, tol: float = 0.0, limit: int = 10)
 
 @dataclass
 class ReplayCheck:
-    """A live replay against its recording, judged by `specviz.agreement`'s policy."""
+    """A live replay against its recording, judged by `specviz.runtime.agreement`'s policy."""
 
     exact: bool  # every field bit for bit
     differences: list[str]  # what departs beyond the policy's tolerance ([]: the replay agrees)
@@ -295,7 +295,7 @@ def load_machine(folder: Path = LESSON_DIR) -> dict | None:
     return json.loads(p.read_text()) if p.is_file() else None
 
 
-BENCH_CURVE = Path(__file__).resolve().parent.parent / "assets" / "results" / "specbench_fp32_t0.json"
+BENCH_CURVE = Path(__file__).resolve().parents[2] / "assets" / "results" / "specbench_fp32_t0.json"
 
 
 def cost_curve(target, measure: bool = False) -> tuple[dict, dict]:
@@ -310,7 +310,7 @@ def cost_curve(target, measure: bool = False) -> tuple[dict, dict]:
                                  "weights": d.get("settings", {}).get("weights", "?"), "machine": d.get("machine") or {}}
     curve = forward_curve(target.model, sizes=(1, 4, 16, 25, 64), context=300, repeats=5)
     return ({str(k): 1000 * v for k, v in curve.items()},
-            {"file": "python -m specviz.lesson record --measure", "date": time.strftime("%Y-%m-%d"), "weights": "fp32",
+            {"file": "python -m specviz.teaching.lesson record --measure", "date": time.strftime("%Y-%m-%d"), "weights": "fp32",
              "machine": _machine()})
 
 
@@ -336,7 +336,7 @@ def record_machine(target, measure: bool = False, log=print) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specviz.lesson", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m specviz.teaching.lesson", description=__doc__.split("\n\n")[0])
     ap.add_argument("command", choices=["record", "check"])
     ap.add_argument("--only", default="", help="comma-separated keys (default: all)")
     ap.add_argument("--out", default=str(LESSON_DIR))

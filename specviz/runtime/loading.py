@@ -20,7 +20,7 @@ from pathlib import Path
 
 from platformdirs import user_cache_dir
 
-from . import SpecVizError
+from .. import SpecVizError
 from .config import ModelConfig
 
 DEFAULT_MODEL = "smollm2-135m-instruct"

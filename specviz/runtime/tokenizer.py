@@ -15,7 +15,7 @@ from pathlib import Path
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
-from . import SpecVizError
+from .. import SpecVizError
 
 _USER_SLOT = "\ue000specviz-user\ue000"  # private-use sentinel, never typed by a user
 

@@ -1,9 +1,9 @@
 """Several SpecViz servers behind nginx, for a class that one Streamlit process serves too slowly.
 
-    python -m specviz.deploy --replicas 2 --port 8080                # students open http://<ip>:8080
-    python -m specviz.deploy --replicas 2 --port 8080 --agent-api    # also for `specviz.loadtest --url`
-    python -m specviz.deploy --replicas 0 --port 8080 --upstream 10.0.0.12:8501 --upstream 10.0.0.13:8501
-    python -m specviz.deploy --replicas 2 --port 8080 --print-config  # the nginx.conf only; starts nothing
+    python -m specviz.serving.deploy --replicas 2 --port 8080                # students open http://<ip>:8080
+    python -m specviz.serving.deploy --replicas 2 --port 8080 --agent-api    # also for `specviz.serving.loadtest --url`
+    python -m specviz.serving.deploy --replicas 0 --port 8080 --upstream 10.0.0.12:8501 --upstream 10.0.0.13:8501
+    python -m specviz.serving.deploy --replicas 2 --port 8080 --print-config  # the nginx.conf only; starts nothing
 
 Starts N `streamlit run app.py` processes on 127.0.0.1 (free ports; the flags of
 `.streamlit/config.toml`), waits until each answers /_stcore/health, writes deploy/nginx.conf.template
@@ -40,10 +40,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-from . import SpecVizError
+from .. import SpecVizError
 from .server import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "deploy" / "nginx.conf.template"
 INSTALL_HINT = "install it with `sudo apt-get install nginx` (Debian/Ubuntu; or `bash scripts/nginx.sh`)"
 AGENT_FLAGS = ["--server.enableAgentApi", "true", "--server.agentWaitTimeout", "300",
@@ -258,7 +258,7 @@ def main(argv=None) -> int:
     ap.add_argument("--upstream", action="append", default=[], metavar="HOST:PORT",
                     help="a SpecViz server already running elsewhere, balanced with the local ones (repeatable)")
     ap.add_argument("--agent-api", action="store_true",
-                    help="switch on Streamlit's agent API on the local replicas (for `specviz.loadtest --url`); off by default")
+                    help="switch on Streamlit's agent API on the local replicas (for `specviz.serving.loadtest --url`); off by default")
     ap.add_argument("--run-dir", help="folder for nginx.conf, pid and logs (default: a new temporary folder)")
     ap.add_argument("--print-config", action="store_true", help="print the nginx.conf for these settings and exit")
     a = ap.parse_args(argv)
@@ -286,7 +286,7 @@ def main(argv=None) -> int:
               + (f" ({d.workers} engine worker(s), {d.threads} torch thread(s) per local replica)" if a.replicas else ""))
         print(f"students open http://<this machine's address>:{a.port}  (`hostname -I`); Ctrl-C stops everything")
         if a.agent_api:
-            print(f"load test: SPECVIZ_TORCH_THREADS={d.threads} .venv/bin/python -m specviz.loadtest --url {d.url} --sessions 30")
+            print(f"load test: SPECVIZ_TORCH_THREADS={d.threads} .venv/bin/python -m specviz.serving.loadtest --url {d.url} --sessions 30")
         sys.stdout.flush()
         told = set()
         while True:

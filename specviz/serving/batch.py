@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import SpecVizError
-from .core.engine import GenerationResult, SpeculativeDecoder
-from .core.kv_cache import PassPart
-from .core.sampling import SamplingParams
-from .core.trace import RoundTrace
-from .core.verify import CORRECT, Policy
+from .. import SpecVizError
+from ..core.engine import GenerationResult, SpeculativeDecoder
+from ..core.kv_cache import PassPart
+from ..core.sampling import SamplingParams
+from ..core.trace import RoundTrace
+from ..core.verify import CORRECT, Policy
 
 
 @dataclass

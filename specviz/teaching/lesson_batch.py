@@ -1,13 +1,13 @@
 """A recorded batched round: three users' EAGLE-3 rounds scored in one target pass.
 
-Like the lesson's solo recordings (specviz.lesson), it is a real round of the engine
-(specviz.batch), saved with everything needed to make it again, so the page "When speculation
+Like the lesson's solo recordings (specviz.teaching.lesson), it is a real round of the engine
+(specviz.serving.batch), saved with everything needed to make it again, so the page "When speculation
 stops paying" and the lesson draw a batch without running one; tests/test_lesson.py replays it
 live and must get the identical traces. Small trees (depth 3, 6 drafts each) keep three trees and
 their block-diagonal mask readable side by side.
 
-    python -m specviz.lesson_batch record   # writes assets/lessons/batch-eagle3.json
-    python -m specviz.lesson_batch check    # replays it and compares
+    python -m specviz.teaching.lesson_batch record   # writes assets/lessons/batch-eagle3.json
+    python -m specviz.teaching.lesson_batch check    # replays it and compares
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from pathlib import Path
 
 import torch
 
-from .batch import BatchDecoder
-from .core.engine import SpeculativeDecoder
+from ..serving.batch import BatchDecoder
+from ..core.engine import SpeculativeDecoder
 from .lesson import LESSON_DIR, PROMPT_CODE, PROMPT_STORY, compare_replay, head_checksums
-from .machine import machine as _machine
-from .methods import make_drafter
-from .core.sampling import SamplingParams
-from .core.target import load_target
-from .core.trace import RoundTrace
+from ..runtime.machine import machine as _machine
+from ..methods import make_drafter
+from ..core.sampling import SamplingParams
+from ..core.target import load_target
+from ..core.trace import RoundTrace
 
 KEY = "batch-eagle3"
 SPEC = {
@@ -112,7 +112,7 @@ def check_replay(target, rec: BatchLessonRound):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specviz.lesson_batch", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m specviz.teaching.lesson_batch", description=__doc__.split("\n\n")[0])
     ap.add_argument("command", choices=["record", "check"])
     ap.add_argument("--out", default=str(LESSON_DIR))
     a = ap.parse_args(argv)

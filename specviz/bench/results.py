@@ -1,13 +1,13 @@
-"""A batched benchmark (`by_batch`, specviz.bench_batch) put into words for the page "When
+"""A batched benchmark (`by_batch`, specviz.bench.batched) put into words for the page "When
 speculation stops paying" and the lesson: where EAGLE-3 stops beating vanilla, with the measured
 numbers, and on which machine. Only reading: every number comes from the report."""
 
 from __future__ import annotations
 
-from .bench_batch import crossover
-from .i18n import t
+from .batched import crossover
+from ..i18n import t
 from .measured import is_gpu_run
-from .viz.batch import batch_sizes, method_label
+from ..viz.batch import batch_sizes, method_label
 
 SPEC = "eagle3"  # the method whose crossover the page states
 

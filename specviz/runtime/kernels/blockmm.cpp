@@ -20,7 +20,7 @@
 //         dm float [N, nb, 2] (scale d, minimum m)
 //   Q8_0: qs int8 [N, nb, 32], d float [N, nb]
 // x float [T, K] row-major, y float [T, N] row-major.
-// Build: g++ -O3 -march=native -ffp-contract=off -fopenmp -shared -fPIC (see specviz/qkernel.py).
+// Build: g++ -O3 -march=native -ffp-contract=off -fopenmp -shared -fPIC (see specviz/runtime/qkernel.py).
 
 #include <algorithm>
 #include <cmath>

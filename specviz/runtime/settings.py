@@ -21,10 +21,10 @@ import os
 import tomllib
 from pathlib import Path
 
-from . import SpecVizError
+from .. import SpecVizError
 from .loading import cache_root
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOML_NAMES = ("specviz.toml",)
 
 

@@ -2,9 +2,9 @@
 coalesced.
 
 Why: every round's target pass reads all the weights, so thirty students pressing at once cost
-thirty reads. The engine gate (specviz.concurrency) still admits requests in arrival order; the
+thirty reads. The engine gate (specviz.serving.concurrency) still admits requests in arrival order; the
 request that gets a slot takes every round waiting at that moment (up to `max_batch`, the same
-model) and runs them as one `BatchDecoder` step (specviz.batch): one pass, one LM-head call.
+model) and runs them as one `BatchDecoder` step (specviz.serving.batch): one pass, one LM-head call.
 Each student's trace is the one their round gets alone (tests/test_batch.py, tests/test_step_batcher.py),
 so batching changes when a round is ready, never what it is.
 
@@ -19,10 +19,10 @@ import os
 import threading
 from contextlib import nullcontext
 
-from . import SpecVizError
+from .. import SpecVizError
 from .batch import BatchDecoder
-from .core.engine import SpeculativeDecoder
-from .core.trace import RoundTrace
+from ..core.engine import SpeculativeDecoder
+from ..core.trace import RoundTrace
 
 DEFAULT_MAX_BATCH = 8
 

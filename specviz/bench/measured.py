@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
 HEAD_OF = {"eagle1": "eagle1", "eagle2": "eagle1", "eagle3": "eagle3", "medusa": "medusa"}  # EAGLE-2 drafts with EAGLE-1's head
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -88,7 +88,7 @@ def shipped_batch_results(folder: Path | None = None) -> list[dict]:
 def cached_costs(model) -> dict | None:
     """This machine's measured costs for `model` if `specviz.tuning` has cached them, else None
     (reading never triggers a measurement)."""
-    from .tuning import cost_file  # measured.py stays torch-free at import: the pages read benchmark JSON through it
+    from ..tuning import cost_file  # measured.py stays torch-free at import: the pages read benchmark JSON through it
 
     try:
         f = cost_file(model)
@@ -101,7 +101,7 @@ def cached_costs(model) -> dict | None:
 def measure_costs(target, methods) -> dict | None:
     """Measure (once; cached in the user cache) this machine's forward curve and each method's
     drafting cost with `specviz.tuning`, then return the cached costs."""
-    from .methods import tune  # torch-free at import, as above; the registry builds each drafter to measure it
+    from ..methods import tune  # torch-free at import, as above; the registry builds each drafter to measure it
 
     for m in methods:
         tune(m, target)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from . import SpecVizError
+from .. import SpecVizError
 
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
 SUPPORTED_MODEL_TYPES = {"llama", "mistral", "qwen2"}

@@ -3,7 +3,7 @@
 Why: a server decodes many requests in one batch, and the spare compute that makes a draft
 tree's extra tokens nearly free at B = 1 is spent on the batch instead; past some B speculation
 stops paying. `python -m specviz.bench --batch 1,2,4,8 ...` measures where, on this machine, with
-real batched rounds (specviz.batch): every method at every B in the same process, on the same
+real batched rounds (specviz.serving.batch): every method at every B in the same process, on the same
 prompts, and writes `by_batch` into the result JSON (drawn by the lesson page "When speculation
 stops paying").
 
@@ -17,11 +17,11 @@ import sys
 
 from tqdm import tqdm
 
-from . import SpecVizError
-from .batch import BatchDecoder
-from .drafters.base import describe_tree
-from .methods import ENGINE_METHODS, get, make_drafter, tune
-from .core.sampling import SamplingParams
+from .. import SpecVizError
+from ..serving.batch import BatchDecoder
+from ..drafters.base import describe_tree
+from ..methods import ENGINE_METHODS, get, make_drafter, tune
+from ..core.sampling import SamplingParams
 
 PAPER = "@paper"
 
