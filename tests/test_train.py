@@ -488,7 +488,7 @@ def test_token_only_data_trains_with_states_recomputed(tmp_path, tiny_target):
 def test_mapped_rows_follow_the_map_that_training_applied_to_the_old_rows():
     """A grown head's new rows: if training moved every old row by the same linear map (here a scale of 3
     and a rotation), the new tokens' target rows are moved by it too, not left on the target's scale."""
-    from specviz.train.trainers import mapped_rows
+    from specviz.train.head_init import mapped_rows
 
     g = torch.Generator().manual_seed(0)
     source, fresh = torch.randn(300, 24, generator=g), torch.randn(50, 24, generator=g)
@@ -501,7 +501,7 @@ def test_mapped_rows_follow_the_map_that_training_applied_to_the_old_rows():
 
 def test_grow_vocab_keeps_the_trained_rows_and_adds_frequent_tokens(tiny, tmp_path):
     from specviz.heads import Eagle3Head, head_config_from_target
-    from specviz.train.trainers import grow_vocab, mapped_rows
+    from specviz.train.head_init import grow_vocab, mapped_rows
 
     model, folder = tiny
     data = SeqData(folder, "train")
