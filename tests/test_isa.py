@@ -26,7 +26,7 @@ def _has_avx512() -> bool:
 
 
 def _numerics(env: dict) -> str:
-    code = "from specviz import machine, qkernel; qkernel.library(); print(machine.numerics())"
+    code = "from specviz.runtime import machine, qkernel; qkernel.library(); print(machine.numerics())"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, **env}, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -177,7 +177,7 @@ def test_step_one_names_the_machine_its_curve_was_measured_on(new_app):
     machine that recorded the lesson rounds."""
     m = LS.load_machine()
     src = m["forward_source"]
-    bench = json.loads((Path(LS.__file__).resolve().parent.parent / "assets" / src["file"]).read_text())
+    bench = json.loads((Path(LS.__file__).resolve().parents[2] / "assets" / src["file"]).read_text())
     assert src["machine"]["cpu"] == bench["machine"]["cpu"]
     at = new_app("views/lesson.py", timeout=60)
     at.run()

@@ -166,7 +166,7 @@ class SpeculativeDecoder:
 
     # ------------------------------------------------------------------ one round
     def step(self) -> RoundTrace:
-        """One round: draft a tree, score all of it in one target pass, walk it, commit."""
+        """One round: draft a tree, score all of it in one target pass, accept, commit, record."""
         plan = self.draft()
         # 2. verify: one target forward over every node under the tree mask gives p after each node
         tree, n = plan.tree, len(plan.tree)
@@ -204,20 +204,26 @@ class SpeculativeDecoder:
         return [0] + self._likely_rows(plan.tree) + (plan.tree.inner_nodes() if self.detail else [])
 
     def finish(self, plan: "RoundPlan", out, target_rows: TargetRows, pass_start: float | None = None) -> RoundTrace:
-        """A round's last phase, after its verify pass `out`: the acceptance walk, the commit and the
-        trace. `pass_start`: when the (shared) pass began, if not right after this round's drafting."""
-        tree, L = plan.tree, plan.L
-        n = len(tree)
-        # p after each node, computed only where it is used (specviz.core.target_rows): the walk's path,
-        # and in a detailed trace every inner node
+        """A round's last phases, after its verify pass `out`: accept (the walk), commit, record.
+        `pass_start`: when the (shared) pass began, if not right after this round's drafting."""
+        res = self.accept(plan.tree, target_rows)
+        committed = self.commit(plan.tree, res, out)
+        t_verify = time.perf_counter()
+        return self.record(plan, res, committed, target_rows, (plan.t_start, plan.t_draft,
+                                                               plan.t_draft if pass_start is None else pass_start, t_verify))
+
+    def accept(self, tree: DraftTree, target_rows: TargetRows) -> VerifyResult:
+        """Which drafts the target keeps, and its own next token: the acceptance walk over p after each
+        node (computed only where it is used: specviz.core.target_rows); a vanilla round draws from p."""
         p, p_raw = target_rows.p, target_rows.raw
         best = target_rows.argmax if self.params.greedy else None
-        if n == 1:  # vanilla: nothing to verify, just draw the next token from p
-            res = _vanilla_result(tree, p[0], self.params, self.generator, best)
-        else:
-            res = self.walk(tree, p, p_raw, best)
+        if len(tree) == 1:  # vanilla: nothing to verify, just draw the next token from p
+            return _vanilla_result(tree, p[0], self.params, self.generator, best)
+        return self.walk(tree, p, p_raw, best)
 
-        # 3. commit: the target keeps the root and the accepted path in its cache; so does the drafter
+    def commit(self, tree: DraftTree, res: VerifyResult, out) -> list[int]:
+        """Keep the root and the accepted path in the target's cache and the drafter's state; append the
+        new tokens (cut at an end-of-sequence token) and return them."""
         keep = [0] + list(res.accepted)
         self.cache.commit(keep)
         processed = [tree.tokens[i] for i in keep]
@@ -226,8 +232,6 @@ class SpeculativeDecoder:
             self.drafter.commit(processed, {k: v[0, : len(keep)] if prefix else v[0, keep] for k, v in out.taps.items()})
         else:
             self.drafter.commit(processed, {})
-        t_verify = time.perf_counter()
-
         committed = [tree.tokens[i] for i in res.accepted] + [res.extra_token]
         for j, t in enumerate(committed):
             if t in self.eos:
@@ -239,11 +243,15 @@ class SpeculativeDecoder:
         self.generated.extend(committed)
         if len(self.generated) >= self.max_new_tokens:
             self.done = True
-        t_pass = plan.t_draft if pass_start is None else pass_start
-        trace = record_round(tree, res, committed, round_index=len(self.traces), method=self.drafter.name,
-                             sampling=self.params, L=L, target_rows=target_rows, detail=self.detail,
-                             times=(plan.t_start, plan.t_draft, t_pass, t_verify), finished=self.done,
-                             rng_state=plan.rng_state, positions=plan.positions, rows=plan.rows)
+        return committed
+
+    def record(self, plan: "RoundPlan", res: VerifyResult, committed: list[int], target_rows: TargetRows,
+               times: tuple) -> RoundTrace:
+        """The round's trace (specviz.core.trace.record_round builds it from what the round computed)."""
+        trace = record_round(plan.tree, res, committed, round_index=len(self.traces), method=self.drafter.name,
+                             sampling=self.params, L=plan.L, target_rows=target_rows, detail=self.detail,
+                             times=times, finished=self.done, rng_state=plan.rng_state, positions=plan.positions,
+                             rows=plan.rows)
         if self.detail:  # a detailed round is for people: its tokens as text (trace.render_texts)
             trace.render_texts(self.tok.token_text)
         self.traces.append(trace)
